@@ -1,0 +1,33 @@
+# A thin wrapper over CMake. `make` builds, `make test` builds and runs every test, `make deps`
+# installs missing Debian packages, `make asan` runs the tests under ASan+UBSan. See README.md.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+GENERATOR := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
+CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
+
+.PHONY: all build deps test asan demo clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: deps
+	@$(MAKE) --no-print-directory build
+	cd $(BUILD) && ctest $(CTEST_FLAGS)
+
+# The same tests, built with AddressSanitizer + UndefinedBehaviorSanitizer in their own directory.
+asan: deps
+	@test -f $(ASAN_BUILD)/CMakeCache.txt || cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

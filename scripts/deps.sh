@@ -1,0 +1,37 @@
+#!/bin/sh
+# Installs the Debian packages kiln needs, if any are missing. Idempotent and silent when everything
+# is present. Not root and something missing: says what to run, and fails.
+#
+#   scripts/deps.sh            # what `make deps` (and so `make test` and `make demo`) runs
+#
+# Each issue that brings a dependency adds its packages here, with the reason.
+set -eu
+
+PACKAGES="
+cmake ninja-build g++
+catch2
+nlohmann-json3-dev
+"
+# cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
+# (tuning cache, safetensors headers).
+
+missing=""
+for pkg in $PACKAGES; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  case "$status" in
+    *"install ok installed"*) ;;
+    *) missing="$missing $pkg" ;;
+  esac
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "kiln: missing Debian packages:$missing" >&2
+  echo "kiln: install them as root:  sudo apt-get install -y$missing   (or run 'sudo make deps')" >&2
+  exit 1
+fi
+echo "kiln: installing Debian packages:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing

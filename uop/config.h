@@ -1,0 +1,53 @@
+// Config: every kiln knob in one struct, read from the environment once and overridable from code.
+//
+//   if (config().debug >= 2) print_kernel_line(k);
+//   config().beam = 4;                           // override from code (before starting work)
+//   Config c = Config::from_env(fake_getenv);    // tests: parse a made-up environment
+//   std::cout << config().describe();            // `kiln --help`: every knob, its variable and value
+//
+// Knobs are listed once, in Config::knobs(); from_env, describe and README generation all walk that list,
+// so adding a knob means adding a field here and one entry there. std::getenv is called only in config.cpp.
+#pragma once
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+struct Config;
+
+// One knob: what `kiln --help` and the README say about it, and how to read and write its value as text.
+struct KnobInfo {
+  const char* name;           // field name in Config, e.g. "debug"
+  const char* env;            // environment variable, e.g. "KILN_DEBUG"
+  const char* default_value;  // the default, as text for people
+  const char* help;           // one line
+  std::string (*get)(const Config&);
+  // Parses `text` into the knob; throws Error naming `source` (the variable or, later, the CLI flag).
+  void (*parse)(Config&, std::string_view source, std::string_view text);
+};
+
+struct Config {
+  int debug = 0;          // KILN_DEBUG, 0..6 (1 devices+kernel counts; 2 a line per kernel; 3 opts; 4 source; 5 uops; 6 linear uops)
+  std::string device;     // KILN_DEVICE, default device name, upper-case ("" = choose automatically)
+  int beam = 0;           // KILN_BEAM, beam width, 0 = search off; >= 0
+  std::string cache_dir;  // KILN_CACHE_DIR; from_env fills the default ($XDG_CACHE_HOME/kiln, $HOME/.cache/kiln, /tmp/kiln-cache)
+  bool jit = true;        // KILN_JIT: 0/1/true/false
+  int fuzz = 1;           // KILN_FUZZ: multiplier for randomized test counts (longer local runs), >= 1
+
+  // Reads the KILN_* variables; an unset or blank variable keeps its default. Throws Error on a bad value.
+  static Config from_env();
+  static Config from_env(const std::function<const char*(const char*)>& getenv_fn);
+
+  // One line per knob: variable, current value, help and default.
+  std::string describe() const;
+
+  static const std::vector<KnobInfo>& knobs();
+};
+
+// The process-wide configuration: from_env() on first use (thread-safe), then mutable from code.
+// Writes are not synchronized: change knobs at startup or in tests, not while kernels are running.
+Config& config();
+
+}  // namespace kiln
