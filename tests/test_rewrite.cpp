@@ -136,3 +136,13 @@ TEST_CASE("a rule set that loops stops with an error naming the rules", "[rewrit
                          return m["x"] * (as_int64(m["c"]->const_value()) + 1); }}};
   CHECK_THROWS_WITH(graph_rewrite(a * 1, grow), Catch::Contains("test_rewrite.cpp:") && Catch::Contains("fixed point"));
 }
+
+TEST_CASE("graph_rewrite and node destruction handle very deep graphs", "[rewrite]") {
+  PatternMatcher pm{{UPat::op(Op::NEG, {UPat::op(Op::NEG, {X})}), keep_x}};  // --x -> x
+  UOpPtr a = var("a", 0, 9);
+  UOpPtr e = a;
+  for (int i = 0; i < 100001; ++i) e = UOp::make(Op::NEG, e->dtype, {e});
+  CHECK(graph_rewrite(e, pm) == UOp::make(Op::NEG, a->dtype, {a}));
+  e = nullptr;  // frees a 100001-node chain without recursing per node
+  CHECK(a->op == Op::DEFINE_VAR);
+}

@@ -120,7 +120,22 @@ struct UOpTable {
         }
       }
     }
-    delete dying;  // outside the lock: freeing the sources re-enters release()
+    // Freeing a node drops its sources, which may free them in turn: a long chain would recurse once
+    // per node and overflow the stack. Nested releases on this thread are queued instead, and the
+    // outermost release frees the queue in a loop. Deletion happens outside the shard lock.
+    thread_local std::vector<const UOp*>* pending = nullptr;
+    if (pending != nullptr) {
+      pending->push_back(dying);
+      return;
+    }
+    std::vector<const UOp*> queue{dying};
+    pending = &queue;
+    while (!queue.empty()) {
+      const UOp* next = queue.back();
+      queue.pop_back();
+      delete next;
+    }
+    pending = nullptr;
   }
 
   size_t size() {

@@ -38,9 +38,12 @@ struct ReduceArg {  // REDUCE_AXIS: the combining op (ADD, MUL, MAX, MIN) and th
   std::vector<int64_t> axes;
   bool operator==(const ReduceArg&) const = default;
 };
-struct BufferArg {  // BUFFER: a unique id and the size in elements
+struct BufferArg {  // BUFFER: a unique id, the size in elements, and the storage behind it
   int64_t id = 0, size = 0;
-  bool operator==(const BufferArg&) const = default;
+  // Owned by the layer that allocates (frontend/realize), opaque here; it lives as long as the
+  // BUFFER node does, so device memory is released when no tensor refers to the buffer any more.
+  std::shared_ptr<void> storage;
+  bool operator==(const BufferArg& other) const { return id == other.id && size == other.size; }
 };
 using Pairs = std::vector<std::pair<int64_t, int64_t>>;
 using Arg = std::variant<std::monostate, ConstValue, int64_t, Op, std::string, std::vector<int64_t>, Pairs,
