@@ -135,3 +135,24 @@ UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm, RewriteContex
 size_t rewrite_rules_fired() { return g_rules_fired; }
 
 }  // namespace kiln
+
+namespace kiln {
+
+namespace {
+struct SubstituteContext : RewriteContext {
+  const std::unordered_map<const UOp*, UOpPtr>* replace;
+};
+}  // namespace
+
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& replace) {
+  static const PatternMatcher pm_substitute{{UPat::any(), [](const Match& m) {
+    const auto& table = *m.context<SubstituteContext>().replace;
+    auto it = table.find(m.root.get());
+    return it == table.end() ? nullptr : it->second;
+  }}};
+  SubstituteContext ctx;
+  ctx.replace = &replace;
+  return graph_rewrite(root, pm_substitute, &ctx);
+}
+
+}  // namespace kiln

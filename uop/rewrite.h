@@ -9,6 +9,7 @@
 // rules involved. With KILN_DEBUG >= 5 a named pass prints the graph it produced.
 #pragma once
 #include <string_view>
+#include <unordered_map>
 
 #include "uop/pattern.h"
 
@@ -19,5 +20,12 @@ UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm, RewriteContex
 
 // How many times rules fired in this thread's graph_rewrite calls (for tests of memoization).
 size_t rewrite_rules_fired();
+
+}  // namespace kiln
+
+namespace kiln {
+
+// root with every node that is a key of `replace` swapped for its value (one pass, no rules).
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& replace);
 
 }  // namespace kiln

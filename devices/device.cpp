@@ -1,0 +1,86 @@
+#include "devices/device.h"
+
+#include <iomanip>
+#include <sstream>
+
+namespace kiln {
+namespace {
+
+// "   7 | x = y;" for every line, so a compiler's "k.c:7:3: error" can be matched by eye.
+std::string number_lines(const std::string& source) {
+  std::ostringstream out;
+  std::istringstream in(source);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) out << std::setw(4) << number << " | " << line << '\n';
+  return out.str();
+}
+
+std::string describe_bytes(size_t bytes) {
+  double mib = double(bytes) / double(1 << 20);
+  return mib < 1 ? cat(bytes, " bytes") : cat(bytes, " bytes (", std::fixed, std::setprecision(1), mib, " MiB)");
+}
+
+}  // namespace
+
+CompileError::CompileError(const std::string& device, const std::string& kernel, const std::string& log,
+                           const std::string& source)
+    : Error(cat(device, ": compiling kernel ", kernel, " failed\ncompiler output:\n", log,
+                log.empty() || log.back() == '\n' ? "" : "\n", "source of ", kernel, ":\n", number_lines(source))),
+      device(device),
+      kernel(kernel),
+      log(log),
+      source(source) {}
+
+// Derived destructors release the cache (see device.h); buffers still here are deliberately dropped.
+Device::~Device() = default;
+
+RawBuffer Device::alloc(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto hit = cache_.find(bytes);
+    if (hit != cache_.end()) {
+      RawBuffer buffer = hit->second;
+      cache_.erase(hit);
+      cached_bytes_ -= bytes;
+      return buffer;
+    }
+  }
+  try {
+    return alloc_raw(bytes);
+  } catch (const OutOfMemory&) {
+    // The cache holds buffers of other sizes; giving them back may leave room for this one.
+  }
+  size_t released = cached_bytes();
+  release_cached();
+  try {
+    return alloc_raw(bytes);
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(cat(spec().name, ": cannot allocate ", describe_bytes(bytes), ", even after releasing ",
+                          describe_bytes(released), " of cached buffers (", e.what(),
+                          "); free tensors you no longer need or use smaller sizes"));
+  }
+}
+
+void Device::free(RawBuffer buffer) {
+  if (buffer.handle == nullptr) return;
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  cache_.emplace(buffer.bytes, buffer);
+  cached_bytes_ += buffer.bytes;
+}
+
+void Device::release_cached() {
+  std::multimap<size_t, RawBuffer> released;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    released.swap(cache_);
+    cached_bytes_ = 0;
+  }
+  for (auto& [bytes, buffer] : released) free_raw(buffer);
+}
+
+size_t Device::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return cached_bytes_;
+}
+
+}  // namespace kiln

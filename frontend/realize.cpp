@@ -1,0 +1,162 @@
+#include "frontend/realize.h"
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <mutex>
+#include <unordered_map>
+
+#include "lower/lower.h"
+#include "uop/config.h"
+
+namespace kiln {
+
+namespace {
+
+std::atomic<int64_t> g_next_buffer_id{1};
+std::atomic<size_t> g_lowered{0}, g_launched{0};
+
+// Nodes realized earlier, so later graphs that contain them read the buffer instead of recomputing.
+class RealizedMap {
+ public:
+  UOpPtr find(const UOpPtr& u) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(u.get());
+    if (it == map_.end()) return nullptr;
+    if (it->second.first.expired()) {  // the node died and its address was reused
+      map_.erase(it);
+      return nullptr;
+    }
+    return it->second.second;
+  }
+  void add(const UOpPtr& u, const UOpPtr& buffer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() > 4096) prune();
+    map_[u.get()] = {u, buffer};
+  }
+
+ private:
+  void prune() {
+    for (auto it = map_.begin(); it != map_.end();) it = it->second.first.expired() ? map_.erase(it) : std::next(it);
+  }
+  std::mutex mu_;
+  std::unordered_map<const UOp*, std::pair<std::weak_ptr<const UOp>, UOpPtr>> map_;
+};
+
+RealizedMap& realized_map() {
+  static RealizedMap* map = new RealizedMap();
+  return *map;
+}
+
+struct CompiledKernel {
+  UOpPtr ast;
+  LoweredKernel lowered;
+  std::unique_ptr<Program> program;
+};
+
+class KernelCache {
+ public:
+  CompiledKernel& get(Device& device, const UOpPtr& ast) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& bucket = cache_[{device.spec().name, ast->hash()}];
+    for (auto& entry : bucket)
+      if (entry->ast == ast) return *entry;
+    auto entry = std::make_unique<CompiledKernel>();
+    entry->ast = ast;
+    entry->lowered = lower_kernel(ast, device.spec());
+    entry->program = device.load(device.compile(entry->lowered.source, entry->lowered.name));
+    ++g_lowered;
+    bucket.push_back(std::move(entry));
+    return *bucket.back();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<std::string, uint64_t>, std::vector<std::unique_ptr<CompiledKernel>>> cache_;
+};
+
+KernelCache& kernel_cache() {
+  static KernelCache* cache = new KernelCache();
+  return *cache;
+}
+
+size_t item_bytes(const ScheduleItem& item) {
+  size_t bytes = 0;
+  for (const UOpPtr& b : item.bufs) bytes += static_cast<size_t>(std::get<BufferArg>(b->arg).size) * b->dtype.itemsize();
+  return bytes;
+}
+
+void run_item(const ScheduleItem& item) {
+  for (const UOpPtr& b : item.bufs) storage_of(b).ensure_allocated();
+  if (item.kind == ScheduleItem::Kind::Copy) {
+    DeviceBuffer &dst = storage_of(item.bufs[0]), &src = storage_of(item.bufs[1]);
+    std::vector<uint8_t> staging(src.bytes);
+    src.device->copy_out(staging.data(), src.raw, src.bytes);
+    dst.device->copy_in(dst.raw, staging.data(), dst.bytes);
+    return;
+  }
+  Device& device = *storage_of(item.bufs[0]).device;
+  CompiledKernel& k = kernel_cache().get(device, item.ast);
+  std::vector<RawBuffer> raws;
+  for (const UOpPtr& b : item.bufs) raws.push_back(storage_of(b).raw);
+  bool timed = config().debug >= 2;
+  double seconds = k.program->launch(raws, {}, k.lowered.dims, timed);
+  ++g_launched;
+  if (timed)
+    std::cerr << "kiln: " << device.spec().name << " " << k.lowered.name << "  " << seconds * 1e6 << " us  "
+              << static_cast<double>(item_bytes(item)) / seconds * 1e-9 << " GB/s\n";
+}
+
+}  // namespace
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+void DeviceBuffer::ensure_allocated() {
+  if (raw.handle == nullptr) raw = device->alloc(bytes);
+}
+
+void DeviceBuffer::release() {
+  if (raw.handle != nullptr) device->free(raw);
+  raw = RawBuffer{};
+}
+
+UOpPtr device_node(const std::string& name) {
+  std::string resolved = name.empty() ? default_device_name() : name;
+  for (char& c : resolved) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  get_device(resolved);  // throws Error naming the device and why it is unavailable
+  return UOp::make(Op::DEVICE, dtypes::void_, {}, resolved);
+}
+
+UOpPtr new_buffer(const UOpPtr& device, int64_t size, DType dtype) {
+  auto storage = std::make_shared<DeviceBuffer>();
+  storage->device = &get_device(device->arg_as<std::string>());
+  storage->bytes = static_cast<size_t>(size) * dtype.itemsize();
+  BufferArg arg{g_next_buffer_id++, size, storage};
+  return UOp::make(Op::BUFFER, dtype, {device}, arg);
+}
+
+DeviceBuffer& storage_of(const UOpPtr& buffer) {
+  const BufferArg& arg = buffer->arg_as<BufferArg>();
+  KILN_ASSERT(arg.storage != nullptr, "every BUFFER has storage");
+  return *static_cast<DeviceBuffer*>(arg.storage.get());
+}
+
+Schedule schedule_uops(const std::vector<UOpPtr>& outputs) {
+  return create_schedule(outputs, new_buffer, [](const UOpPtr& u) { return realized_map().find(u); });
+}
+
+std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs) {
+  Schedule s = schedule_uops(outputs);
+  if (config().debug >= 1) std::cerr << "kiln: realize: " << s.items.size() << " items\n";
+  for (size_t i = 0; i < s.items.size(); ++i) {
+    run_item(s.items[i]);
+    for (const UOpPtr& b : s.free_after[i]) storage_of(b).release();
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i] != s.outputs[i]) realized_map().add(outputs[i], s.outputs[i]);
+  return s.outputs;
+}
+
+RealizeStats realize_stats() { return {g_lowered.load(), g_launched.load()}; }
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// The realize engine: schedule -> lower -> compile (cached) -> launch.
+//
+//   std::vector<UOpPtr> buffers = realize_uops({t.uop()});   // the BUFFER now holding each value
+//
+// Kernels are cached in memory by their AST (structurally hashed, so the same computation on new
+// buffers hits) and compiled binaries on disk by the device, so realizing a graph again lowers and
+// compiles nothing.
+#pragma once
+#include <vector>
+
+#include "devices/device.h"
+#include "schedule/schedule.h"
+
+namespace kiln {
+
+// Storage behind a BUFFER node (BufferArg::storage): allocated when first written, freed when the
+// BUFFER node dies or when the memory plan says its last reader ran.
+struct DeviceBuffer {
+  Device* device = nullptr;
+  RawBuffer raw;
+  size_t bytes = 0;
+  ~DeviceBuffer();
+  void ensure_allocated();
+  void release();
+};
+
+UOpPtr device_node(const std::string& name);                         // DEVICE(name), name validated
+UOpPtr new_buffer(const UOpPtr& device, int64_t size, DType dtype);   // a BUFFER with lazy storage
+DeviceBuffer& storage_of(const UOpPtr& buffer);
+
+// Realizes the nodes; returns the BUFFER holding each.
+std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs);
+Schedule schedule_uops(const std::vector<UOpPtr>& outputs);
+
+// Statistics for tests: kernels lowered+compiled (cache misses) and launched since start.
+struct RealizeStats {
+  size_t kernels_lowered = 0, kernels_launched = 0;
+};
+RealizeStats realize_stats();
+
+}  // namespace kiln

@@ -1,0 +1,344 @@
+#include "frontend/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "frontend/detail.h"
+#include "frontend/realize.h"
+
+namespace kiln {
+
+template <> DType dtype_of<float>() { return dtypes::float32; }
+template <> DType dtype_of<double>() { return dtypes::float64; }
+template <> DType dtype_of<int8_t>() { return dtypes::int8; }
+template <> DType dtype_of<int16_t>() { return dtypes::int16; }
+template <> DType dtype_of<int32_t>() { return dtypes::int32; }
+template <> DType dtype_of<int64_t>() { return dtypes::int64; }
+template <> DType dtype_of<uint8_t>() { return dtypes::uint8; }
+template <> DType dtype_of<uint16_t>() { return dtypes::uint16; }
+template <> DType dtype_of<uint32_t>() { return dtypes::uint32; }
+template <> DType dtype_of<uint64_t>() { return dtypes::uint64; }
+template <> DType dtype_of<bool>() { return dtypes::bool_; }
+
+namespace detail {
+
+UOpPtr movement(Op op, const UOpPtr& x, Arg arg) { return UOp::make(op, x->dtype, {x}, std::move(arg)); }
+
+int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op) {
+  int64_t n = std::max<int64_t>(ndim, 1);
+  if (axis < -n || axis >= n)
+    throw Error(kiln::cat(op, ": axis ", axis, " is out of range for a tensor with ", ndim, " dimensions (use -", n, "..", n - 1, ")"));
+  return axis < 0 ? axis + n : axis;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw Error(kiln::cat(op, ": shapes ", shape_str(a), " and ", shape_str(b), " cannot broadcast (axis ", i, " is ", da,
+                      " vs ", db, "); sizes must match or be 1"));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor constant(ConstValue v, DType dtype, const Shape& shape, const std::string& device) {
+  Tensor scalar(UOp::make(Op::CONST, dtype, {device_node(device)}, cast_const(v, dtype)), {});
+  return scalar.reshape(Shape(shape.size(), 1)).expand(shape);
+}
+
+}  // namespace detail
+
+using detail::broadcast_shapes;
+using detail::movement;
+using detail::normalize_axis;
+
+Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>(State{std::move(uop), std::move(shape)})) {}
+
+const Shape& Tensor::shape() const { return state_->shape; }
+DType Tensor::dtype() const { return state_->uop->dtype; }
+const UOpPtr& Tensor::uop() const { return state_->uop; }
+std::string Tensor::device() const { return device_of(uop())->arg_as<std::string>(); }
+
+// --- creation --------------------------------------------------------------------------------
+
+Tensor Tensor::from_raw(const void* data, DType dtype, Shape shape, const std::string& device) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error(kiln::cat("Tensor: negative dimension in shape ", shape_str(shape)));
+  int64_t n = kiln::numel(shape);
+  UOpPtr buffer = new_buffer(device_node(device), std::max<int64_t>(n, 1), dtype);
+  DeviceBuffer& storage = storage_of(buffer);
+  storage.ensure_allocated();
+  storage.device->copy_in(storage.raw, data, static_cast<size_t>(n) * dtype.itemsize());
+  return Tensor(movement(Op::RESHAPE, buffer, shape), shape);
+}
+
+Tensor Tensor::full(Shape shape, double value, DType dtype, const std::string& device) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error(kiln::cat("Tensor::full: negative dimension in shape ", shape_str(shape)));
+  return detail::constant(value, dtype, shape, device);
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype, const std::string& device) { return full(std::move(shape), 0.0, dtype, device); }
+Tensor Tensor::ones(Shape shape, DType dtype, const std::string& device) { return full(std::move(shape), 1.0, dtype, device); }
+
+Tensor Tensor::arange(int64_t end, DType dtype, const std::string& device) {
+  if (end < 0) throw Error(kiln::cat("Tensor::arange: end ", end, " is negative"));
+  return Tensor(UOp::make(Op::IOTA, dtype, {device_node(device)}, end), {end});
+}
+
+// --- elementwise -----------------------------------------------------------------------------
+
+Tensor Tensor::scalar_like(double s) const {
+  // A Python-style scalar keeps the tensor's dtype unless it is a float and the tensor is not.
+  DType d = dtype();
+  if (std::floor(s) != s && !is_float(d)) d = dtypes::default_float;
+  return full(shape(), s, d, device());
+}
+
+Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
+  Shape out = broadcast_shapes(shape(), other.shape(), name);
+  DType d = promote_types(dtype(), other.dtype());
+  if (op == Op::FDIV || (op == Op::POW && !is_float(d))) d = to_floating(d);
+  Tensor a = cast(d).expand(out), b = other.cast(d).expand(out);
+  DType result = is_comparison(op) ? dtypes::bool_ : d;
+  return Tensor(UOp::make(op, result, {a.uop(), b.uop()}), out);
+}
+
+Tensor Tensor::unary(Op op) const { return Tensor(UOp::make(op, dtype(), {uop()}), shape()); }
+
+Tensor Tensor::operator+(const Tensor& o) const { return binary(Op::ADD, o, "add"); }
+Tensor Tensor::operator-(const Tensor& o) const { return binary(Op::SUB, o, "sub"); }
+Tensor Tensor::operator*(const Tensor& o) const { return binary(Op::MUL, o, "mul"); }
+Tensor Tensor::operator/(const Tensor& o) const { return binary(Op::FDIV, o, "div"); }
+Tensor Tensor::operator-() const { return unary(Op::NEG); }
+Tensor Tensor::operator+(double s) const { return *this + scalar_like(s); }
+Tensor Tensor::operator-(double s) const { return *this - scalar_like(s); }
+Tensor Tensor::operator*(double s) const { return *this * scalar_like(s); }
+Tensor Tensor::operator/(double s) const { return *this / scalar_like(s); }
+Tensor operator+(double s, const Tensor& t) { return t + s; }
+Tensor operator*(double s, const Tensor& t) { return t * s; }
+Tensor Tensor::maximum(const Tensor& o) const { return binary(Op::MAX, o, "maximum"); }
+Tensor Tensor::minimum(const Tensor& o) const { return binary(Op::MIN, o, "minimum"); }
+Tensor Tensor::lt(const Tensor& o) const { return binary(Op::CMPLT, o, "lt"); }
+Tensor Tensor::eq(const Tensor& o) const { return binary(Op::CMPEQ, o, "eq"); }
+Tensor Tensor::ne(const Tensor& o) const { return binary(Op::CMPNE, o, "ne"); }
+
+Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
+  Shape out = broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
+  DType d = promote_types(a.dtype(), b.dtype());
+  Tensor c = cast(dtypes::bool_).expand(out);
+  return Tensor(UOp::make(Op::WHERE, d, {c.uop(), a.cast(d).expand(out).uop(), b.cast(d).expand(out).uop()}), out);
+}
+
+Tensor Tensor::cast(DType d) const {
+  if (d == dtype()) return *this;
+  return Tensor(UOp::make(Op::CAST, d, {uop()}), shape());
+}
+
+Tensor Tensor::exp2() const { return cast(to_floating(dtype())).unary(Op::EXP2); }
+Tensor Tensor::log2() const { return cast(to_floating(dtype())).unary(Op::LOG2); }
+Tensor Tensor::sqrt() const { return cast(to_floating(dtype())).unary(Op::SQRT); }
+Tensor Tensor::reciprocal() const { return cast(to_floating(dtype())).unary(Op::RECIP); }
+Tensor Tensor::sin() const { return cast(to_floating(dtype())).unary(Op::SIN); }
+Tensor Tensor::exp() const { return (*this * (1.0 / std::numbers::ln2)).exp2(); }
+Tensor Tensor::log() const { return log2() * std::numbers::ln2; }
+Tensor Tensor::relu() const { return maximum(zeros(shape(), dtype(), device())); }
+Tensor Tensor::sigmoid() const { return ((-*this).exp() + 1.0).reciprocal(); }
+
+// --- reductions --------------------------------------------------------------------------------
+
+std::vector<int64_t> Tensor::normalize_axes(std::vector<int64_t> axes, const char* name) const {
+  if (axes.empty())
+    for (int64_t i = 0; i < ndim(); ++i) axes.push_back(i);
+  for (int64_t& a : axes) a = normalize_axis(a, ndim(), name);
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  return axes;
+}
+
+Tensor Tensor::reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char* name) const {
+  axes = normalize_axes(std::move(axes), name);
+  Shape kept = shape(), dropped;
+  for (int64_t a : axes) kept[static_cast<size_t>(a)] = 1;
+  for (size_t i = 0; i < shape().size(); ++i)
+    if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(i)) == axes.end()) dropped.push_back(shape()[i]);
+  Tensor x = *this;
+  // PyTorch sums and multiplies bool and integer tensors in int64.
+  if ((op == Op::ADD || op == Op::MUL) && !is_float(dtype())) x = cast(dtypes::int64);
+  if (numel() == 0 && op != Op::ADD && op != Op::MUL)
+    throw Error(kiln::cat(name, ": cannot reduce an empty tensor of shape ", shape_str(shape()), " (no identity for ", name, ")"));
+  Tensor out(UOp::make(Op::REDUCE_AXIS, x.dtype(), {x.uop()}, ReduceArg{op, axes}), kept);
+  return keepdim ? out : out.reshape(dropped);
+}
+
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::ADD, std::move(axes), keepdim, "sum"); }
+Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::MAX, std::move(axes), keepdim, "max"); }
+Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::MIN, std::move(axes), keepdim, "min"); }
+
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
+  Tensor s = cast(to_floating(dtype())).sum(axes, keepdim);
+  return s * (static_cast<double>(s.numel()) / static_cast<double>(std::max<int64_t>(numel(), 1)));
+}
+
+// --- movement --------------------------------------------------------------------------------
+
+Tensor Tensor::reshape(Shape new_shape) const {
+  int64_t infer = -1, known = 1;
+  for (size_t i = 0; i < new_shape.size(); ++i) {
+    if (new_shape[i] == -1) {
+      if (infer >= 0) throw Error(kiln::cat("reshape: only one -1 allowed in ", shape_str(new_shape)));
+      infer = static_cast<int64_t>(i);
+    } else if (new_shape[i] < 0) {
+      throw Error(kiln::cat("reshape: negative size in ", shape_str(new_shape)));
+    } else {
+      known *= new_shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel() % known != 0)
+      throw Error(kiln::cat("reshape: cannot infer -1 in ", shape_str(new_shape), " for ", numel(), " elements of shape ", shape_str(shape())));
+    new_shape[static_cast<size_t>(infer)] = numel() / known;
+  }
+  if (kiln::numel(new_shape) != numel())
+    throw Error(kiln::cat("reshape: shape ", shape_str(shape()), " (", numel(), " elements) cannot become ", shape_str(new_shape), " (",
+                    kiln::numel(new_shape), " elements)"));
+  if (new_shape == shape()) return *this;
+  return Tensor(movement(Op::RESHAPE, uop(), new_shape), new_shape);
+}
+
+Tensor Tensor::permute(std::vector<int64_t> order) const {
+  if (static_cast<int64_t>(order.size()) != ndim())
+    throw Error(kiln::cat("permute: order has ", order.size(), " axes but the tensor has ", ndim(), " (shape ", shape_str(shape()), ")"));
+  std::vector<bool> seen(order.size(), false);
+  Shape out;
+  for (int64_t& a : order) {
+    a = normalize_axis(a, ndim(), "permute");
+    if (seen[static_cast<size_t>(a)]) throw Error(kiln::cat("permute: axis ", a, " appears twice in the order"));
+    seen[static_cast<size_t>(a)] = true;
+    out.push_back(shape()[static_cast<size_t>(a)]);
+  }
+  bool identity = true;
+  for (size_t i = 0; i < order.size(); ++i) identity &= order[i] == static_cast<int64_t>(i);
+  if (identity) return *this;
+  return Tensor(movement(Op::PERMUTE, uop(), order), out);
+}
+
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < ndim(); ++i) order.push_back(i);
+  std::swap(order[static_cast<size_t>(normalize_axis(a, ndim(), "transpose"))], order[static_cast<size_t>(normalize_axis(b, ndim(), "transpose"))]);
+  return permute(order);
+}
+
+Tensor Tensor::expand(Shape new_shape) const {
+  if (new_shape.size() < shape().size())
+    throw Error(kiln::cat("expand: cannot expand shape ", shape_str(shape()), " to fewer dimensions ", shape_str(new_shape)));
+  Shape padded(new_shape.size() - shape().size(), 1);
+  padded.insert(padded.end(), shape().begin(), shape().end());
+  for (size_t i = 0; i < new_shape.size(); ++i) {
+    if (new_shape[i] == -1) new_shape[i] = padded[i];
+    if (padded[i] != new_shape[i] && padded[i] != 1)
+      throw Error(kiln::cat("expand: axis ", i, " of shape ", shape_str(shape()), " has size ", padded[i], " and cannot become ", new_shape[i],
+                      "; only size-1 axes expand"));
+  }
+  Tensor x = reshape(padded);
+  if (new_shape == padded) return x;
+  return Tensor(movement(Op::EXPAND, x.uop(), new_shape), new_shape);
+}
+
+Tensor Tensor::pad(Pairs padding, double value) const {
+  if (padding.size() != shape().size())
+    throw Error(kiln::cat("pad: ", padding.size(), " (before, after) pairs for a tensor of shape ", shape_str(shape()), "; give one per axis"));
+  Shape out = shape();
+  bool any = false;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (padding[i].first < 0 || padding[i].second < 0)
+      throw Error(kiln::cat("pad: negative padding (", padding[i].first, ", ", padding[i].second, ") on axis ", i, "; use shrink to crop"));
+    out[i] += padding[i].first + padding[i].second;
+    any |= padding[i].first != 0 || padding[i].second != 0;
+  }
+  if (!any) return *this;
+  Tensor padded(movement(Op::PAD, uop(), padding), out);
+  if (value == 0.0) return padded;
+  // Non-zero padding: pad a mask of ones the same way and fill where it is 0.
+  Tensor mask(movement(Op::PAD, ones(shape(), dtypes::bool_, device()).uop(), padding), out);
+  return mask.where(padded, full(out, value, dtype(), device()));
+}
+
+Tensor Tensor::shrink(Pairs bounds) const {
+  if (bounds.size() != shape().size())
+    throw Error(kiln::cat("shrink: ", bounds.size(), " (begin, end) pairs for a tensor of shape ", shape_str(shape()), "; give one per axis"));
+  Shape out;
+  bool identity = true;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    auto [b, e] = bounds[i];
+    if (b < 0 || e > shape()[i] || b > e)
+      throw Error(kiln::cat("shrink: bounds (", b, ", ", e, ") are outside axis ", i, " of size ", shape()[i], " (shape ", shape_str(shape()), ")"));
+    out.push_back(e - b);
+    identity &= b == 0 && e == shape()[i];
+  }
+  if (identity) return *this;
+  return Tensor(movement(Op::SHRINK, uop(), bounds), out);
+}
+
+Tensor Tensor::flip(std::vector<int64_t> axes) const {
+  std::vector<int64_t> flags(shape().size(), 0);
+  for (int64_t a : axes) flags[static_cast<size_t>(normalize_axis(a, ndim(), "flip"))] ^= 1;
+  if (std::all_of(flags.begin(), flags.end(), [](int64_t f) { return f == 0; })) return *this;
+  return Tensor(movement(Op::FLIP, uop(), flags), shape());
+}
+
+Tensor Tensor::contiguous() const { return Tensor(UOp::make(Op::CONTIGUOUS, dtype(), {uop()}), shape()); }
+
+// --- running -----------------------------------------------------------------------------------
+
+namespace {
+bool is_realized(const UOpPtr& u) {
+  return u->op == Op::BUFFER || (u->op == Op::RESHAPE && u->src[0]->op == Op::BUFFER);
+}
+}  // namespace
+
+void realize_all(std::vector<Tensor>& tensors) {
+  std::vector<UOpPtr> outputs;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!is_realized(tensors[i].uop())) {
+      outputs.push_back(tensors[i].uop());
+      which.push_back(i);
+    }
+  if (outputs.empty()) return;
+  std::vector<UOpPtr> buffers = realize_uops(outputs);
+  for (size_t j = 0; j < which.size(); ++j) {
+    Tensor& t = tensors[which[j]];
+    t.state_->uop = movement(Op::RESHAPE, buffers[j], t.shape());
+  }
+}
+
+Tensor& Tensor::realize() {
+  std::vector<Tensor> one{*this};
+  realize_all(one);
+  return *this;
+}
+
+Schedule Tensor::schedule(const std::vector<Tensor>& tensors) {
+  std::vector<UOpPtr> outputs;
+  for (const Tensor& t : tensors) outputs.push_back(t.uop());
+  return schedule_uops(outputs);
+}
+
+void Tensor::copy_out(void* dst, DType want) {
+  if (want != dtype())
+    throw Error(kiln::cat("to_vector: the tensor is ", dtype().name(), " but ", want.name(), " was asked for; cast() it first"));
+  realize();
+  const UOpPtr& buffer = uop()->src[0];
+  DeviceBuffer& storage = storage_of(buffer);
+  storage.ensure_allocated();
+  storage.device->copy_out(dst, storage.raw, static_cast<size_t>(numel()) * dtype().itemsize());
+}
+
+}  // namespace kiln

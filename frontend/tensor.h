@@ -1,0 +1,217 @@
+// kiln::Tensor: a lazy, PyTorch-like tensor. Operations build a graph; realize() runs it.
+//
+//   Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+//   Tensor b = (a * 2 + 1).relu().sum({1});           // nothing has run yet
+//   std::vector<float> out = b.to_vector<float>();      // schedule, compile (cached), launch, copy out
+//
+// Broadcasting and type promotion follow PyTorch. A Tensor is a handle: copies share one state, so
+// realizing one realizes the others. Errors name the operation, the shapes or dtypes, and the fix.
+#pragma once
+#include <cstdint>
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.h"
+#include "schedule/shape.h"
+#include "uop/uop.h"
+
+namespace kiln {
+
+class Tensor {
+ public:
+  // --- creation ------------------------------------------------------------------------------
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& data, Shape shape, const std::string& device = "");
+  static Tensor from_raw(const void* data, DType dtype, Shape shape, const std::string& device = "");
+  static Tensor full(Shape shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
+  static Tensor zeros(Shape shape, DType dtype = dtypes::float32, const std::string& device = "");
+  static Tensor ones(Shape shape, DType dtype = dtypes::float32, const std::string& device = "");
+  static Tensor arange(int64_t end, DType dtype = dtypes::int32, const std::string& device = "");
+  static Tensor arange(double start, double stop, double step = 1.0, DType dtype = dtypes::float32, const std::string& device = "");
+  static Tensor linspace(double start, double stop, int64_t steps, DType dtype = dtypes::float32, const std::string& device = "");
+  static Tensor eye(int64_t n, DType dtype = dtypes::float32, const std::string& device = "");
+  Tensor zeros_like() const;
+  Tensor ones_like() const;
+  Tensor full_like(double value) const;
+  // Random numbers from a counter-based generator: the same seed gives the same numbers on every device.
+  static void manual_seed(uint64_t seed);
+  static Tensor rand(Shape shape, DType dtype = dtypes::float32, const std::string& device = "");    // U[0, 1)
+  static Tensor randn(Shape shape, DType dtype = dtypes::float32, const std::string& device = "");   // N(0, 1)
+  static Tensor randint(int64_t low, int64_t high, Shape shape, DType dtype = dtypes::int32, const std::string& device = "");
+
+  // --- properties ----------------------------------------------------------------------------
+  const Shape& shape() const;
+  DType dtype() const;
+  std::string device() const;
+  int64_t ndim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t numel() const { return kiln::numel(shape()); }
+  const UOpPtr& uop() const;
+
+  // --- elementwise (broadcasting, PyTorch promotion) -----------------------------------------
+  Tensor operator+(const Tensor& other) const;
+  Tensor operator-(const Tensor& other) const;
+  Tensor operator*(const Tensor& other) const;
+  Tensor operator/(const Tensor& other) const;  // true division: integers divide as floats
+  Tensor operator-() const;
+  Tensor operator+(double s) const;
+  Tensor operator-(double s) const;
+  Tensor operator*(double s) const;
+  Tensor operator/(double s) const;
+  Tensor maximum(const Tensor& other) const;
+  Tensor minimum(const Tensor& other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor eq(const Tensor& other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor where(const Tensor& a, const Tensor& b) const;  // this is the condition
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor exp2() const;
+  Tensor log2() const;
+  Tensor sqrt() const;
+  Tensor reciprocal() const;
+  Tensor sin() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor cast(DType dtype) const;
+  Tensor bitcast(DType dtype) const;  // same item size; reinterprets the bits
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(double exponent) const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor rsqrt() const;
+  Tensor cos() const;
+  Tensor tan() const;
+  Tensor tanh() const;
+  Tensor leaky_relu(double slope = 0.01) const;
+  Tensor gelu() const;        // exact (erf) form
+  Tensor silu() const;
+  Tensor softplus(double beta = 1.0, double threshold = 20.0) const;
+  Tensor erf() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor round() const;       // half to even, like torch.round
+  Tensor trunc() const;
+  Tensor clamp(double lo, double hi) const;
+  Tensor le(const Tensor& other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor logical_and(const Tensor& other) const;
+  Tensor logical_or(const Tensor& other) const;
+  Tensor logical_not() const;
+  Tensor bitwise_and(const Tensor& other) const;
+  Tensor bitwise_or(const Tensor& other) const;
+  Tensor bitwise_xor(const Tensor& other) const;
+  Tensor bitwise_not() const;
+  Tensor shl(int64_t bits) const;
+  Tensor shr(int64_t bits) const;
+
+  // --- reductions ------------------------------------------------------------------------------
+  Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;   // {} = all axes
+  Tensor max(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor prod(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor var(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1.0) const;
+  Tensor std(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1.0) const;
+  Tensor any(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor all(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> axis = std::nullopt, bool keepdim = false) const;  // nullopt: flattened
+  Tensor argmin(std::optional<int64_t> axis = std::nullopt, bool keepdim = false) const;
+  Tensor softmax(int64_t axis) const;
+  Tensor log_softmax(int64_t axis) const;
+  Tensor logsumexp(std::vector<int64_t> axes, bool keepdim = false) const;
+  Tensor cumsum(int64_t axis) const;
+
+  // --- movement (views: no data moves) -------------------------------------------------------
+  Tensor reshape(Shape shape) const;  // one -1 allowed
+  Tensor permute(std::vector<int64_t> order) const;
+  Tensor transpose(int64_t a, int64_t b) const;
+  Tensor expand(Shape shape) const;
+  Tensor pad(Pairs padding, double value = 0.0) const;   // (before, after) per axis, >= 0
+  Tensor shrink(Pairs bounds) const;                      // (begin, end) per axis
+  Tensor flip(std::vector<int64_t> axes) const;
+  Tensor contiguous() const;
+  Tensor squeeze(std::optional<int64_t> axis = std::nullopt) const;
+  Tensor unsqueeze(int64_t axis) const;
+  Tensor flatten(int64_t start = 0, int64_t end = -1) const;
+  // Python slicing on one axis: t[start:stop:step], negative values and steps included.
+  Tensor slice(int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step = 1) const;
+  static Tensor cat(const std::vector<Tensor>& tensors, int64_t axis = 0);
+  static Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
+  std::vector<Tensor> split(std::vector<int64_t> sizes, int64_t axis = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t axis = 0) const;
+  Tensor repeat(std::vector<int64_t> times) const;
+  Tensor gather(int64_t axis, const Tensor& index) const;
+
+  Tensor matmul(const Tensor& other) const;  // torch.matmul: 1-D, 2-D and batched with broadcasting
+  Tensor conv2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
+                std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1) const;
+  Tensor max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
+                    std::array<int64_t, 2> padding = {0, 0}) const;
+  Tensor avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
+                    std::array<int64_t, 2> padding = {0, 0}) const;
+  // (..., H, W) -> (..., OH, OW, KH, KW): the sliding windows, as a view.
+  Tensor windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation) const;
+  Tensor to(const std::string& device) const;
+
+  // --- running -------------------------------------------------------------------------------
+  Tensor& realize();
+  template <typename T>
+  std::vector<T> to_vector();
+  template <typename T>
+  T item();
+  // The items realizing these tensors would run, without running them (for tests and tools).
+  static Schedule schedule(const std::vector<Tensor>& tensors);
+
+  explicit Tensor(UOpPtr uop, Shape shape);
+
+ private:
+  struct State {
+    UOpPtr uop;
+    Shape shape;
+  };
+  std::shared_ptr<State> state_;
+
+  Tensor unary(Op op) const;
+  Tensor binary(Op op, const Tensor& other, const char* name) const;
+  Tensor scalar_like(double s) const;
+  Tensor reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
+  std::vector<int64_t> normalize_axes(std::vector<int64_t> axes, const char* name) const;
+  void copy_out(void* dst, DType want);
+  friend void realize_all(std::vector<Tensor>& tensors);
+};
+
+Tensor operator+(double s, const Tensor& t);
+Tensor operator*(double s, const Tensor& t);
+
+// Realizes several tensors with one schedule (shared subgraphs computed once).
+void realize_all(std::vector<Tensor>& tensors);
+
+template <typename T>
+DType dtype_of();
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& data, Shape shape, const std::string& device) {
+  if (static_cast<int64_t>(data.size()) != kiln::numel(shape))
+    throw Error(kiln::cat("Tensor::from_vector: ", data.size(), " values do not fill shape ", shape_str(shape),
+                    " (", kiln::numel(shape), " elements)"));
+  return from_raw(data.data(), dtype_of<T>(), std::move(shape), device);
+}
+
+template <typename T>
+T Tensor::item() {
+  if (numel() != 1) throw Error(kiln::cat("item: the tensor has ", numel(), " elements (shape ", shape_str(shape()), "); item() needs exactly one"));
+  return to_vector<T>()[0];
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() {
+  std::vector<T> out(static_cast<size_t>(numel()));
+  copy_out(out.data(), dtype_of<T>());
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,221 @@
+// Tensor: more creation ops, random numbers, and elementwise math built from the IR's primitives
+// (exp2, log2, sin, sqrt, recip, trunc and the arithmetic ops): every function here is a
+// decomposition, so devices only ever see primitives.
+#include <atomic>
+#include <cmath>
+#include <numbers>
+
+#include "frontend/detail.h"
+#include "frontend/realize.h"
+
+namespace kiln {
+
+using detail::broadcast_shapes;
+
+// --- creation ------------------------------------------------------------------------------------
+
+Tensor Tensor::arange(double start, double stop, double step, DType dtype, const std::string& device) {
+  if (step == 0) throw Error("Tensor::arange: step must not be 0");
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((stop - start) / step)));
+  return (arange(n, dtypes::float64, device) * step + start).cast(dtype);
+}
+
+Tensor Tensor::linspace(double start, double stop, int64_t steps, DType dtype, const std::string& device) {
+  if (steps < 0) throw Error(kiln::cat("Tensor::linspace: steps ", steps, " is negative"));
+  if (steps == 1) return full({1}, start, dtype, device);
+  double delta = (stop - start) / static_cast<double>(std::max<int64_t>(steps - 1, 1));
+  return (arange(steps, dtypes::float64, device) * delta + start).cast(dtype);
+}
+
+Tensor Tensor::eye(int64_t n, DType dtype, const std::string& device) {
+  if (n < 0) throw Error(kiln::cat("Tensor::eye: n ", n, " is negative"));
+  Tensor i = arange(n, dtypes::int32, device);
+  return i.reshape({n, 1}).eq(i.reshape({1, n})).cast(dtype);
+}
+
+Tensor Tensor::zeros_like() const { return zeros(shape(), dtype(), device()); }
+Tensor Tensor::ones_like() const { return ones(shape(), dtype(), device()); }
+Tensor Tensor::full_like(double value) const { return full(shape(), value, dtype(), device()); }
+
+// --- random numbers ----------------------------------------------------------------------------
+//
+// Counter-based: element i of the k-th random tensor is hash(counter + i, seed), where counter advances by
+// the tensor's size each call. The hash is integer arithmetic on uint32 (two rounds of a xor-shift-multiply
+// mixer), so every device produces the same bits.
+
+namespace {
+std::atomic<uint64_t> g_seed{0x2545f4914f6cdd1dull}, g_counter{0};
+
+Tensor mix32(Tensor x) {
+  auto c = [&](uint32_t v) { return Tensor::full(x.shape(), static_cast<double>(v), dtypes::uint32, x.device()); };
+  x = x.bitwise_xor(x.shr(16)) * c(0x7feb352du);
+  x = x.bitwise_xor(x.shr(15)) * c(0x846ca68bu);
+  return x.bitwise_xor(x.shr(16));
+}
+
+Tensor random_bits(const Shape& shape, const std::string& device) {
+  int64_t n = numel(shape);
+  uint64_t start = g_counter.fetch_add(static_cast<uint64_t>(n));
+  uint64_t seed = g_seed.load();
+  auto c = [&](uint64_t v) { return Tensor::full({n}, static_cast<double>(v & 0xffffffffu), dtypes::uint32, device); };
+  Tensor counter = Tensor::arange(n, dtypes::uint32, device) + c(start);
+  Tensor h = mix32(counter.bitwise_xor(c(seed)) + c(start >> 32));
+  return mix32(h.bitwise_xor(c(seed >> 32))).reshape(shape);
+}
+}  // namespace
+
+void Tensor::manual_seed(uint64_t seed) {
+  g_seed = seed;
+  g_counter = 0;
+}
+
+Tensor Tensor::rand(Shape shape, DType dtype, const std::string& device) {
+  if (!is_float(dtype)) throw Error(kiln::cat("Tensor::rand: dtype ", dtype.name(), " is not a float type; use randint for integers"));
+  // The top 24 bits as a float in [0, 1): exact in float32.
+  Tensor bits = random_bits(shape, device).shr(8).cast(dtypes::float32);
+  return (bits * (1.0 / 16777216.0)).cast(dtype);
+}
+
+Tensor Tensor::randn(Shape shape, DType dtype, const std::string& device) {
+  // Box-Muller on two independent uniforms; 1-u is in (0, 1], so the log is finite.
+  Tensor u1 = rand(shape, dtypes::float32, device), u2 = rand(shape, dtypes::float32, device);
+  Tensor r = ((-u1 + 1.0).log() * -2.0).sqrt();
+  return (r * (u2 * (2.0 * std::numbers::pi)).cos()).cast(dtype);
+}
+
+Tensor Tensor::randint(int64_t low, int64_t high, Shape shape, DType dtype, const std::string& device) {
+  if (high <= low) throw Error(kiln::cat("Tensor::randint: empty range [", low, ", ", high, ")"));
+  if (!is_int(dtype)) throw Error(kiln::cat("Tensor::randint: dtype ", dtype.name(), " is not an integer type"));
+  Tensor u = rand(shape, dtypes::float64, device);
+  return ((u * static_cast<double>(high - low)).floor() + static_cast<double>(low)).cast(dtype);
+}
+
+// --- elementwise ---------------------------------------------------------------------------------
+
+Tensor Tensor::bitcast(DType d) const {
+  if (d.itemsize() != dtype().itemsize())
+    throw Error(kiln::cat("bitcast: ", dtype().name(), " (", dtype().itemsize(), " bytes) and ", d.name(), " (", d.itemsize(),
+                    " bytes) differ in size; bitcast needs equal sizes"));
+  if (d == dtype()) return *this;
+  return Tensor(UOp::make(Op::BITCAST, d, {uop()}), shape());
+}
+
+Tensor Tensor::pow(const Tensor& e) const { return binary(Op::POW, e, "pow"); }
+Tensor Tensor::pow(double e) const {
+  if (e == 2.0) return *this * *this;
+  return pow(full(shape(), e, is_float(dtype()) ? dtype() : dtypes::default_float, device()));
+}
+
+Tensor Tensor::abs() const {
+  if (is_float(dtype()) && (dtype().itemsize() == 4 || dtype().itemsize() == 8)) {
+    // Clear the sign bit: exact for -0.0, inf and NaN.
+    bool wide = dtype().itemsize() == 8;
+    DType bits = wide ? dtypes::uint64 : dtypes::uint32;
+    Tensor mask = detail::constant(uint64_t{wide ? 0x7fffffffffffffffull : 0x7fffffffull}, bits, shape(), device());
+    return bitcast(bits).bitwise_and(mask).bitcast(dtype());
+  }
+  if (is_unsigned(dtype()) || is_bool(dtype())) return *this;
+  return lt(zeros_like()).where(-*this, *this);
+}
+
+Tensor Tensor::sign() const {
+  if (is_bool(dtype())) return *this;
+  Tensor zero = zeros_like(), one = ones_like();
+  Tensor s = zero.lt(*this).where(one, lt(zero).where(-one, zero));
+  return is_float(dtype()) ? ne(*this).where(*this, s) : s;  // NaN stays NaN
+}
+
+Tensor Tensor::rsqrt() const { return sqrt().reciprocal(); }
+Tensor Tensor::cos() const { return (cast(to_floating(dtype())) * -1.0 + std::numbers::pi / 2).sin(); }
+Tensor Tensor::tan() const { return sin() / cos(); }
+Tensor Tensor::tanh() const { return (cast(to_floating(dtype())) * 2.0).sigmoid() * 2.0 - 1.0; }
+Tensor Tensor::leaky_relu(double slope) const { return zeros_like().lt(*this).where(*this, *this * slope); }
+Tensor Tensor::silu() const { return *this * sigmoid(); }
+Tensor Tensor::gelu() const { return *this * 0.5 * ((*this * (1.0 / std::numbers::sqrt2)).erf() + 1.0); }
+
+Tensor Tensor::softplus(double beta, double threshold) const {
+  Tensor bx = *this * beta;
+  return full_like(threshold).lt(bx).where(*this, (bx.exp() + 1.0).log() * (1.0 / beta));
+}
+
+Tensor Tensor::erf() const {
+  // Abramowitz & Stegun 7.1.26 is too coarse for float32 (1.5e-7 absolute is fine, but relative error near
+  // 0 matters for gelu), so: erf(x) = sign(x) * (1 - t*exp(-x^2 + P(t))) with Numerical Recipes' erfc
+  // Chebyshev fit, |relative error| < 1.2e-7.
+  Tensor x = cast(to_floating(dtype()));
+  Tensor z = x.abs();
+  Tensor t = (z * 0.5 + 1.0).reciprocal();
+  const double c[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                      0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+  Tensor poly = t * c[9];
+  for (int i = 8; i >= 1; --i) poly = (poly + c[i]) * t;
+  poly = poly + c[0];
+  Tensor erfc = t * (-(z * z) + poly).exp();
+  Tensor r = -erfc + 1.0;
+  return x.lt(x.zeros_like()).where(-r, r);
+}
+
+Tensor Tensor::trunc() const { return is_float(dtype()) ? unary(Op::TRUNC) : *this; }
+
+Tensor Tensor::floor() const {
+  if (!is_float(dtype())) return *this;
+  Tensor t = trunc();
+  return lt(t).where(t - 1.0, t);
+}
+
+Tensor Tensor::ceil() const {
+  if (!is_float(dtype())) return *this;
+  Tensor t = trunc();
+  return t.lt(*this).where(t + 1.0, t);
+}
+
+Tensor Tensor::round() const {
+  if (!is_float(dtype())) return *this;
+  // Half to even: take floor(x + 0.5), and step back one on exact ties that landed on an odd number.
+  Tensor f = (*this + 0.5).floor();
+  Tensor tie = (f - *this).eq(full_like(0.5));
+  Tensor odd = (f * 0.5).floor().ne(f * 0.5);
+  return tie.logical_and(odd).where(f - 1.0, f);
+}
+
+Tensor Tensor::clamp(double lo, double hi) const {
+  if (lo > hi) throw Error(kiln::cat("clamp: lower bound ", lo, " is above upper bound ", hi));
+  return maximum(full_like(lo)).minimum(full_like(hi));
+}
+
+Tensor Tensor::le(const Tensor& o) const { return lt(o).logical_or(eq(o)); }
+Tensor Tensor::gt(const Tensor& o) const { return o.lt(*this); }
+Tensor Tensor::ge(const Tensor& o) const { return o.le(*this); }
+
+Tensor Tensor::logical_and(const Tensor& o) const { return cast(dtypes::bool_).binary(Op::AND, o.cast(dtypes::bool_), "logical_and"); }
+Tensor Tensor::logical_or(const Tensor& o) const { return cast(dtypes::bool_).binary(Op::OR, o.cast(dtypes::bool_), "logical_or"); }
+Tensor Tensor::logical_not() const { return cast(dtypes::bool_).eq(zeros(shape(), dtypes::bool_, device())); }
+
+namespace {
+void require_integer(const Tensor& t, const char* op) {
+  if (is_float(t.dtype())) throw Error(kiln::cat(op, ": needs integer or bool tensors, got ", t.dtype().name()));
+}
+}  // namespace
+
+Tensor Tensor::bitwise_and(const Tensor& o) const { require_integer(*this, "bitwise_and"); require_integer(o, "bitwise_and"); return binary(Op::AND, o, "bitwise_and"); }
+Tensor Tensor::bitwise_or(const Tensor& o) const { require_integer(*this, "bitwise_or"); require_integer(o, "bitwise_or"); return binary(Op::OR, o, "bitwise_or"); }
+Tensor Tensor::bitwise_xor(const Tensor& o) const { require_integer(*this, "bitwise_xor"); require_integer(o, "bitwise_xor"); return binary(Op::XOR, o, "bitwise_xor"); }
+Tensor Tensor::bitwise_not() const {
+  require_integer(*this, "bitwise_not");
+  if (is_bool(dtype())) return logical_not();
+  return bitwise_xor(detail::constant(int64_t{-1}, dtype(), shape(), device()));
+}
+
+Tensor Tensor::shl(int64_t bits) const {
+  require_integer(*this, "shl");
+  if (bits < 0 || bits >= static_cast<int64_t>(dtype().itemsize() * 8)) throw Error(kiln::cat("shl: shift ", bits, " is outside 0..", dtype().itemsize() * 8 - 1, " for ", dtype().name()));
+  return binary(Op::SHL, full(shape(), static_cast<double>(bits), dtype(), device()), "shl");
+}
+
+Tensor Tensor::shr(int64_t bits) const {
+  require_integer(*this, "shr");
+  if (bits < 0 || bits >= static_cast<int64_t>(dtype().itemsize() * 8)) throw Error(kiln::cat("shr: shift ", bits, " is outside 0..", dtype().itemsize() * 8 - 1, " for ", dtype().name()));
+  return binary(Op::SHR, full(shape(), static_cast<double>(bits), dtype(), device()), "shr");
+}
+
+}  // namespace kiln

@@ -1,0 +1,123 @@
+// Tensor: matmul, sliding windows, conv2d and pooling. Everything is views plus one reduce, so a
+// convolution is a single kernel whose index math the symbolic simplifier keeps clean.
+#include <limits>
+
+#include "frontend/detail.h"
+
+namespace kiln {
+
+using detail::broadcast_shapes;
+
+Tensor Tensor::matmul(const Tensor& other) const {
+  if (ndim() == 0 || other.ndim() == 0)
+    throw Error(kiln::cat("matmul: operands must have at least 1 dimension, got ", shape_str(shape()), " and ", shape_str(other.shape())));
+  // torch.matmul: a 1-D left operand is a row (removed after), a 1-D right operand a column.
+  Tensor a = ndim() == 1 ? unsqueeze(0) : *this;
+  Tensor b = other.ndim() == 1 ? other.unsqueeze(1) : other;
+  int64_t m = a.shape()[a.shape().size() - 2], k = a.shape().back();
+  int64_t k2 = b.shape()[b.shape().size() - 2], n = b.shape().back();
+  if (k != k2)
+    throw Error(kiln::cat("matmul: inner sizes differ: ", shape_str(shape()), " @ ", shape_str(other.shape()), " (", k, " vs ", k2,
+                    "); the last axis of the left must equal the second-to-last of the right"));
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  DType d = promote_types(a.dtype(), b.dtype());
+  // (..., m, 1, k) * (..., 1, n, k) summed over k.
+  Shape full = batch;
+  full.insert(full.end(), {m, n, k});
+  Shape sa = batch, sb = batch;
+  sa.insert(sa.end(), {m, 1, k});
+  sb.insert(sb.end(), {1, n, k});
+  Shape ea = batch_a, eb = batch_b;
+  ea.insert(ea.end(), {m, 1, k});
+  eb.insert(eb.end(), {1, n, k});
+  Tensor x = a.cast(d).reshape(ea).expand(full);
+  Tensor y = b.cast(d).transpose(-1, -2).reshape(eb).expand(full);
+  Tensor out = (x * y).sum({-1});
+  if (ndim() == 1) out = out.squeeze(-2);
+  if (other.ndim() == 1) out = out.squeeze(-1);
+  return out;
+}
+
+// One spatial axis at a time: x's `axis` (size H) becomes OH and a new last axis K is appended, with
+// out[..., o, ..., k] = x[..., o*stride + k*dilation, ...]. Repeating the axis and re-reading the repeats
+// with a row length of H + dilation shifts each row by k*dilation; a strided slice then keeps every
+// stride-th column. All views: the simplifier folds the resulting % and // away.
+static Tensor window_axis(const Tensor& x, int64_t axis, int64_t kernel, int64_t stride, int64_t dilation) {
+  int64_t h = x.shape()[static_cast<size_t>(axis)];
+  int64_t span = (kernel - 1) * dilation + 1;
+  if (span > h) throw Error(kiln::cat("windows: a kernel spanning ", span, " does not fit in an axis of size ", h));
+  int64_t out = (h - span) / stride + 1;
+  int64_t last = x.ndim() - 1;
+  Tensor t = x.transpose(axis, last);  // the windowed axis last
+  Shape lead(t.shape().begin(), t.shape().end() - 1);
+  int64_t row = h + dilation;
+  int64_t reps = (kernel * row + h - 1) / h;
+  Shape rep_shape = lead, flat_shape = lead, rows_shape = lead;
+  rep_shape.insert(rep_shape.end(), {reps, h});
+  flat_shape.push_back(reps * h);
+  rows_shape.insert(rows_shape.end(), {kernel, row});
+  Pairs cut;
+  for (int64_t d : lead) cut.push_back({0, d});
+  cut.push_back({0, kernel * row});
+  Tensor rows = t.unsqueeze(-2).expand(rep_shape).reshape(flat_shape).shrink(cut).reshape(rows_shape);  // [k][j] = x[j + k*dilation]
+  Tensor cols = rows.slice(-1, 0, (out - 1) * stride + 1, stride).transpose(-1, -2);                     // (lead..., OH, K)
+  // lead holds x's last axis at `axis`; swap it with OH so OH sits at `axis` and that axis returns last-but-one.
+  return axis == last ? cols : cols.transpose(axis, last);
+}
+
+Tensor Tensor::windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation) const {
+  if (ndim() < 2) throw Error(kiln::cat("windows: needs at least 2 dimensions, got shape ", shape_str(shape())));
+  for (int i = 0; i < 2; ++i)
+    if (kernel[i] <= 0 || stride[i] <= 0 || dilation[i] <= 0)
+      throw Error(kiln::cat("windows: kernel, stride and dilation must be positive, got kernel ", kernel[i], ", stride ", stride[i],
+                      ", dilation ", dilation[i]));
+  Tensor t = window_axis(*this, ndim() - 2, kernel[0], stride[0], dilation[0]);  // (..., OH, W, KH)
+  return window_axis(t, ndim() - 1, kernel[1], stride[1], dilation[1]);          // (..., OH, OW, KH, KW)
+}
+
+Tensor Tensor::conv2d(const Tensor& weight, std::optional<Tensor> bias, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                      std::array<int64_t, 2> dilation, int64_t groups) const {
+  if (ndim() != 4 || weight.ndim() != 4)
+    throw Error(kiln::cat("conv2d: input must be (N, C, H, W) and weight (K, C/groups, R, S), got ", shape_str(shape()), " and ", shape_str(weight.shape())));
+  int64_t n = shape()[0], c = shape()[1], k = weight.shape()[0], cg = weight.shape()[1];
+  if (groups <= 0 || c % groups != 0 || k % groups != 0 || cg * groups != c)
+    throw Error(kiln::cat("conv2d: ", c, " input channels and ", k, " output channels with groups=", groups, " need weight of shape (", k, ", ",
+                    groups > 0 ? c / groups : 0, ", R, S), got ", shape_str(weight.shape())));
+  for (int i = 0; i < 2; ++i)
+    if (padding[i] < 0) throw Error(kiln::cat("conv2d: padding must be >= 0, got ", padding[i]));
+  int64_t r = weight.shape()[2], s = weight.shape()[3];
+  Tensor x = pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}});
+  Tensor win = x.windows({r, s}, stride, dilation);  // (N, C, OH, OW, R, S)
+  int64_t oh = win.shape()[2], ow = win.shape()[3];
+  // (N, G, 1, Cg, OH, OW, R, S) * (1, G, K/G, Cg, 1, 1, R, S), summed over Cg, R, S.
+  Shape full{n, groups, k / groups, cg, oh, ow, r, s};
+  Tensor xv = win.reshape({n, groups, 1, cg, oh, ow, r, s}).expand(full);
+  DType d = promote_types(dtype(), weight.dtype());
+  Tensor wv = weight.cast(d).reshape({1, groups, k / groups, cg, 1, 1, r, s}).expand(full);
+  Tensor out = (xv.cast(d) * wv).sum({3, 6, 7}).reshape({n, k, oh, ow});
+  if (bias) {
+    if (bias->shape() != Shape{k}) throw Error(kiln::cat("conv2d: bias must have shape (", k, ",), got ", shape_str(bias->shape())));
+    out = out + bias->reshape({1, k, 1, 1});
+  }
+  return out;
+}
+
+Tensor Tensor::max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding) const {
+  if (ndim() < 2) throw Error(kiln::cat("max_pool2d: needs (..., H, W), got ", shape_str(shape())));
+  Pairs pad(static_cast<size_t>(ndim()), {0, 0});
+  pad[pad.size() - 2] = {padding[0], padding[0]};
+  pad[pad.size() - 1] = {padding[1], padding[1]};
+  Tensor x = this->pad(pad, -std::numeric_limits<double>::infinity());
+  return x.windows(kernel, stride.value_or(kernel), {1, 1}).max({-2, -1});
+}
+
+Tensor Tensor::avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding) const {
+  if (ndim() < 2) throw Error(kiln::cat("avg_pool2d: needs (..., H, W), got ", shape_str(shape())));
+  Pairs pad(static_cast<size_t>(ndim()), {0, 0});
+  pad[pad.size() - 2] = {padding[0], padding[0]};
+  pad[pad.size() - 1] = {padding[1], padding[1]};
+  return this->pad(pad).windows(kernel, stride.value_or(kernel), {1, 1}).mean({-2, -1});  // count_include_pad
+}
+
+}  // namespace kiln

@@ -1,0 +1,102 @@
+// Tensor reductions beyond sum/max/min/mean (tensor.cpp), built from REDUCE_AXIS and elementwise ops.
+#include <limits>
+
+#include "frontend/detail.h"
+
+namespace kiln {
+
+using detail::normalize_axis;
+
+Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::MUL, std::move(axes), keepdim, "prod"); }
+
+Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) const {
+  axes = normalize_axes(std::move(axes), "var");
+  int64_t n = 1;
+  for (int64_t a : axes) n *= shape()[static_cast<size_t>(a)];
+  Tensor x = cast(to_floating(dtype()));
+  Tensor centered = x - x.mean(axes, true);
+  Tensor ss = (centered * centered).sum(axes, keepdim);
+  // n - correction <= 0 divides by zero or a negative count: inf/NaN, as in PyTorch.
+  return ss / ss.full_like(static_cast<double>(n) - correction);
+}
+
+Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) const {
+  return var(std::move(axes), keepdim, correction).sqrt();
+}
+
+Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const { return cast(dtypes::bool_).reduce(Op::MAX, std::move(axes), keepdim, "any"); }
+Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const { return cast(dtypes::bool_).reduce(Op::MIN, std::move(axes), keepdim, "all"); }
+
+namespace {
+// The first index along `axis` where `hit` is true (int64), as torch.argmax/argmin report ties.
+Tensor first_index(const Tensor& hit, int64_t axis, bool keepdim) {
+  int64_t n = hit.shape()[static_cast<size_t>(axis)];
+  Shape s(hit.shape().size(), 1);
+  s[static_cast<size_t>(axis)] = n;
+  Tensor idx = Tensor::arange(n, dtypes::int64, hit.device()).reshape(s).expand(hit.shape());
+  Tensor big = Tensor::full(hit.shape(), static_cast<double>(n), dtypes::int64, hit.device());
+  return hit.where(idx, big).min({axis}, keepdim);
+}
+
+Tensor arg_extreme(const Tensor& t, std::optional<int64_t> axis, bool keepdim, bool is_max, const char* name) {
+  if (t.numel() == 0) throw Error(kiln::cat(name, ": cannot take the ", name, " of an empty tensor of shape ", shape_str(t.shape())));
+  if (!axis) {
+    Tensor flat = t.reshape({t.numel()});
+    Tensor r = arg_extreme(flat, 0, false, is_max, name);
+    return keepdim ? r.reshape(Shape(t.shape().size(), 1)) : r;
+  }
+  int64_t a = normalize_axis(*axis, t.ndim(), name);
+  if (t.ndim() == 0) return Tensor::zeros({}, dtypes::int64, t.device());
+  Tensor m = is_max ? t.max({a}, true) : t.min({a}, true);
+  Tensor hit = t.eq(m.expand(t.shape()));
+  if (is_float(t.dtype())) hit = hit.logical_or(t.ne(t));  // NaN counts as the extreme, as in PyTorch
+  return first_index(hit, a, keepdim);
+}
+}  // namespace
+
+Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const { return arg_extreme(*this, axis, keepdim, true, "argmax"); }
+Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const { return arg_extreme(*this, axis, keepdim, false, "argmin"); }
+
+Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
+  Tensor x = cast(to_floating(dtype()));
+  Tensor m = x.max(axes, true);
+  // Shift by the max unless it is infinite (all -inf, or a +inf present): then shift by 0.
+  Tensor inf = m.full_like(std::numeric_limits<double>::infinity());
+  Tensor shift = m.abs().eq(inf).where(m.zeros_like(), m);
+  Tensor out = (x - shift).exp().sum(axes, true).log() + shift;
+  if (keepdim) return out;
+  Shape kept;
+  std::vector<int64_t> ax = normalize_axes(axes, "logsumexp");
+  for (size_t i = 0; i < shape().size(); ++i)
+    if (std::find(ax.begin(), ax.end(), static_cast<int64_t>(i)) == ax.end()) kept.push_back(shape()[i]);
+  return out.reshape(kept);
+}
+
+Tensor Tensor::softmax(int64_t axis) const {
+  Tensor x = cast(to_floating(dtype()));
+  Tensor e = (x - x.max({axis}, true)).exp();
+  return e / e.sum({axis}, true);
+}
+
+Tensor Tensor::log_softmax(int64_t axis) const {
+  Tensor x = cast(to_floating(dtype()));
+  return x - x.logsumexp({axis}, true);
+}
+
+Tensor Tensor::cumsum(int64_t axis) const {
+  int64_t a = normalize_axis(axis, ndim(), "cumsum");
+  if (ndim() == 0) return *this;
+  // out[..., i] = sum over j <= i of x[..., j]: a masked (n x n) sum along the axis moved last.
+  Tensor x = transpose(a, -1);
+  int64_t n = x.shape().back();
+  Tensor i = arange(n, dtypes::int32, device());
+  Tensor mask = i.reshape({1, n}).le(i.reshape({n, 1}));  // [i][j]: j <= i
+  Shape expanded = x.shape();
+  expanded.insert(expanded.end() - 1, n);
+  Tensor xs = x.unsqueeze(-2).expand(expanded);
+  Tensor zero = xs.zeros_like();
+  Tensor summed = mask.expand(expanded).where(xs, zero).sum({-1});
+  return summed.transpose(a, -1);
+}
+
+}  // namespace kiln

@@ -1,0 +1,269 @@
+#include "lower/linearize.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <map>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "uop/rewrite.h"
+
+namespace kiln {
+
+namespace {
+
+using RangeSet = std::vector<const UOp*>;  // sorted by pointer, for set operations
+
+// ranges_of for every node of a graph, memoized: the RANGEs open where the node is computed.
+class RangeMap {
+ public:
+  const RangeSet& of(const UOpPtr& root) {
+    for (const UOpPtr& u : toposort(root)) {
+      if (memo_.count(u.get())) continue;
+      RangeSet out;
+      auto add = [&](const RangeSet& s) {
+        RangeSet merged;
+        std::set_union(out.begin(), out.end(), s.begin(), s.end(), std::back_inserter(merged));
+        out = std::move(merged);
+      };
+      for (const UOpPtr& s : u->src) add(memo_.at(s.get()));
+      if (u->op == Op::RANGE) add({u.get()});
+      if (u->op == Op::END || u->op == Op::REDUCE) {  // the ranges an END or REDUCE closes are not open after it
+        RangeSet closed;
+        for (size_t i = 1; i < u->src.size(); ++i) closed.push_back(u->src[i].get());
+        std::sort(closed.begin(), closed.end());
+        RangeSet left;
+        std::set_difference(out.begin(), out.end(), closed.begin(), closed.end(), std::back_inserter(left));
+        out = std::move(left);
+      }
+      memo_[u.get()] = std::move(out);
+    }
+    return memo_.at(root.get());
+  }
+
+ private:
+  std::unordered_map<const UOp*, RangeSet> memo_;
+};
+
+std::vector<UOpPtr> sorted_ranges(const RangeSet& set, const UOpPtr& root) {
+  std::vector<UOpPtr> out;
+  for (const UOpPtr& u : toposort(root))
+    if (std::binary_search(set.begin(), set.end(), u.get())) out.push_back(u);
+  std::sort(out.begin(), out.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
+  return out;
+}
+
+}  // namespace
+
+std::vector<UOpPtr> ranges_of(const UOpPtr& u) {
+  RangeMap map;
+  return sorted_ranges(map.of(u), u);
+}
+
+ConstValue reduce_identity(Op op, DType dtype) {
+  if (op == Op::ADD) return cast_const(int64_t{0}, dtype);
+  if (op == Op::MUL) return cast_const(int64_t{1}, dtype);
+  if (is_float(dtype)) return op == Op::MAX ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  KILN_ASSERT(op == Op::MAX || op == Op::MIN, "reduce ops are ADD, MUL, MAX and MIN, not ", op_name(op));
+  return op == Op::MAX ? lowest(dtype) : highest(dtype);
+}
+
+UOpPtr lower_reduces(const UOpPtr& sink) {
+  // Bottom-up: a reduce's value is already lowered when the reduce itself is rewritten.
+  struct Ctx : RewriteContext {
+    int64_t next_reg = 0;
+  } ctx;
+  static const PatternMatcher pm_lower_reduce{{UPat::op(Op::REDUCE), [](const Match& m) {
+    const UOpPtr& r = m.root;
+    Op op = r->arg_as<Op>();
+    const UOpPtr& value = r->src[0];
+    std::vector<UOpPtr> reduce_ranges(r->src.begin() + 1, r->src.end());
+    // The accumulator lives in the loops the value needs other than its own ranges, so a reduction
+    // that does not depend on an outer loop is computed once, outside it.
+    std::vector<UOpPtr> outer;
+    for (const UOpPtr& rg : ranges_of(value))
+      if (std::find(reduce_ranges.begin(), reduce_ranges.end(), rg) == reduce_ranges.end()) outer.push_back(rg);
+    std::vector<UOpPtr> reg_src{const_of(r->dtype, reduce_identity(op, r->dtype))};
+    reg_src.insert(reg_src.end(), outer.begin(), outer.end());
+    UOpPtr acc = UOp::make(Op::DEFINE_REG, r->dtype, reg_src, m.context<Ctx>().next_reg++);
+    // The update lists the reduce ranges too: it must run once per iteration even when the value does
+    // not depend on them (a sum of a loop-invariant value is n times it).
+    std::vector<UOpPtr> update_src{acc, UOp::make(op, r->dtype, {acc, value})};
+    update_src.insert(update_src.end(), reduce_ranges.begin(), reduce_ranges.end());
+    UOpPtr update = UOp::make(Op::ASSIGN, r->dtype, update_src);
+    std::vector<UOpPtr> end_src{update};
+    end_src.insert(end_src.end(), reduce_ranges.begin(), reduce_ranges.end());
+    UOpPtr end = UOp::make(Op::END, dtypes::void_, end_src);
+    return UOp::make(Op::LOAD, r->dtype, {acc, end});
+  }}};
+  return graph_rewrite(sink, pm_lower_reduce, &ctx, "lower reduces");
+}
+
+UOpPtr close_loops(const UOpPtr& sink) {
+  std::vector<UOpPtr> src;
+  for (const UOpPtr& store : sink->src) {
+    std::vector<UOpPtr> open = ranges_of(store);
+    if (open.empty()) {
+      src.push_back(store);
+      continue;
+    }
+    std::vector<UOpPtr> end_src{store};
+    end_src.insert(end_src.end(), open.begin(), open.end());
+    src.push_back(UOp::make(Op::END, dtypes::void_, end_src));
+  }
+  return sink->with_src(src);
+}
+
+namespace {
+
+// Orders a kernel: a tree of loops, each holding the nodes whose innermost range it is.
+class Linearizer {
+ public:
+  explicit Linearizer(const UOpPtr& sink) : sink_(sink), order_(toposort(sink)) {
+    for (size_t i = 0; i < order_.size(); ++i) position_[order_[i].get()] = i;
+    for (const UOpPtr& u : order_) ranges_.of(u);
+    build_loop_tree();
+    for (const UOpPtr& u : order_) {
+      if (u->op == Op::SINK || (u->op == Op::END && u->src.size() > 1)) continue;
+      const UOp* block = block_of(u);
+      if (u->op == Op::RANGE) children_[parent_.at(u.get())].push_back(u.get());
+      else members_[block].push_back(u.get());
+    }
+  }
+
+  std::vector<UOpPtr> run() {
+    std::vector<UOpPtr> out;
+    emit_block(nullptr, out);
+    return out;
+  }
+
+ private:
+  // Loops nest by the graph's END nodes: END(x, r1, r2...) puts r1 inside the innermost range open
+  // at the END, and r2 inside r1. Outer ENDs (the stores') come later in toposort, so walk backwards.
+  void build_loop_tree() {
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      const UOpPtr& u = *it;
+      if (u->op != Op::END || u->src.size() < 2) continue;
+      const UOp* parent = deepest(ranges_.of(u));
+      for (size_t i = 1; i < u->src.size(); ++i) {
+        const UOp* r = u->src[i].get();
+        KILN_ASSERT(!parent_.count(r), "each range is closed by one END: ", str(u->src[i]));
+        parent_[r] = parent;
+        depth_[r] = parent == nullptr ? 1 : depth_.at(parent) + 1;
+        parent = r;
+      }
+    }
+    for (const UOpPtr& u : order_)
+      KILN_ASSERT(u->op != Op::RANGE || parent_.count(u.get()), "every RANGE is closed by an END: ", str(u));
+  }
+
+  const UOp* deepest(const RangeSet& set) const {
+    const UOp* best = nullptr;
+    for (const UOp* r : set)
+      if (best == nullptr || depth_.at(r) > depth_.at(best)) best = r;
+    return best;
+  }
+
+  // The innermost loop of a node; every range it uses must be that loop or one around it.
+  const UOp* block_of(const UOpPtr& u) {
+    const RangeSet& set = u->op == Op::RANGE ? ranges_.of(u->src[0]) : ranges_.of(u);
+    const UOp* block = deepest(set);
+    std::unordered_set<const UOp*> chain;
+    for (const UOp* r = block; r != nullptr; r = parent_.at(r)) chain.insert(r);
+    for (const UOp* r : set) KILN_ASSERT(chain.count(r), "the ranges of a node are nested: ", str(u));
+    return block;
+  }
+
+  bool inside(const UOp* node_block, const UOp* loop) const {
+    for (const UOp* r = node_block; r != nullptr; r = parent_.at(r))
+      if (r == loop) return true;
+    return false;
+  }
+
+  // The item of `block` that node belongs to: itself, or the child loop that contains it.
+  const UOp* item_in(const UOp* block, const UOp* node) {
+    const UOp* b = node->op == Op::RANGE ? node : node_block_.at(node);
+    if (b == block) return node;
+    while (b != nullptr && parent_.at(b) != block) b = parent_.at(b);
+    return b;  // null: the node is outside this block (emitted before it)
+  }
+
+  void emit_block(const UOp* block, std::vector<UOpPtr>& out) {
+    for (const UOpPtr& u : order_) node_block_[u.get()] = u->op == Op::RANGE ? parent_.at(u.get()) : block_of_cached(u);
+    // Items: the block's own nodes and its child loops, ordered by dependencies, ties by toposort.
+    std::vector<const UOp*> items = members_[block];
+    for (const UOp* child : children_[block]) items.push_back(child);
+    std::unordered_map<const UOp*, std::vector<const UOp*>> users;
+    std::unordered_map<const UOp*, int> pending;
+    std::unordered_set<const UOp*> item_set(items.begin(), items.end());
+    for (const UOp* item : items) {
+      std::unordered_set<const UOp*> deps;
+      std::function<void(const UOp*)> depend = [&](const UOp* s) {
+        // A graph END stands for the loop it closes: depend on what it ended.
+        if (s->op == Op::END && s->src.size() > 1) return depend(s->src[0].get());
+        const UOp* d = item_in(block, s);
+        if (d != nullptr && d != item && item_set.count(d)) deps.insert(d);
+      };
+      for (const UOp* n : nodes_under(item))
+        for (const UOpPtr& s : n->src) depend(s.get());
+      pending[item] = static_cast<int>(deps.size());
+      for (const UOp* d : deps) users[d].push_back(item);
+    }
+    auto later = [this](const UOp* a, const UOp* b) { return position_.at(a) > position_.at(b); };
+    std::priority_queue<const UOp*, std::vector<const UOp*>, decltype(later)> ready(later);
+    for (const UOp* item : items)
+      if (pending[item] == 0) ready.push(item);
+    size_t emitted = 0;
+    while (!ready.empty()) {
+      const UOp* item = ready.top();
+      ready.pop();
+      ++emitted;
+      if (item->op == Op::RANGE && item != block && parent_.at(item) == block) {
+        out.push_back(node(item));
+        emit_block(item, out);
+        out.push_back(UOp::make(Op::END, dtypes::void_, {node(item)}));
+      } else {
+        out.push_back(node(item));
+      }
+      for (const UOp* user : users[item])
+        if (--pending[user] == 0) ready.push(user);
+    }
+    KILN_ASSERT(emitted == items.size(), "the items of a loop have no cyclic dependencies");
+  }
+
+  const UOp* block_of_cached(const UOpPtr& u) {
+    auto it = block_cache_.find(u.get());
+    if (it != block_cache_.end()) return it->second;
+    return block_cache_[u.get()] = block_of(u);
+  }
+
+  // Every node an item stands for: itself, or everything inside a child loop.
+  std::vector<const UOp*> nodes_under(const UOp* item) {
+    if (item->op != Op::RANGE) return {item};
+    std::vector<const UOp*> out{item};
+    for (const UOpPtr& u : order_)
+      if (u->op != Op::SINK && !(u->op == Op::END && u->src.size() > 1) && inside(node_block_.at(u.get()), item))
+        out.push_back(u.get());
+    return out;
+  }
+
+  UOpPtr node(const UOp* raw) const { return order_[position_.at(raw)]; }
+
+  UOpPtr sink_;
+  std::vector<UOpPtr> order_;
+  std::unordered_map<const UOp*, size_t> position_;
+  RangeMap ranges_;
+  std::unordered_map<const UOp*, const UOp*> parent_;
+  std::unordered_map<const UOp*, int> depth_;
+  std::map<const UOp*, std::vector<const UOp*>> members_, children_;
+  std::unordered_map<const UOp*, const UOp*> node_block_, block_cache_;
+};
+
+}  // namespace
+
+std::vector<UOpPtr> linearize(const UOpPtr& sink) { return Linearizer(sink).run(); }
+
+}  // namespace kiln

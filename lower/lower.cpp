@@ -1,0 +1,76 @@
+#include "lower/lower.h"
+
+#include <iostream>
+#include <unordered_map>
+
+#include "lower/linearize.h"
+#include "lower/renderers/cstyle.h"
+#include "uop/config.h"
+#include "uop/rewrite.h"
+#include "uop/symbolic.h"
+
+namespace kiln {
+
+namespace {
+
+// "E_4096_16" for elementwise kernels, "r_4096_4096" when the kernel reduces: the sizes of the
+// output loops, then of the reduce loops.
+std::string kernel_name(const UOpPtr& sink) {
+  bool reduces = false;
+  std::vector<int64_t> sizes;
+  std::vector<UOpPtr> ranges;
+  for (const UOpPtr& u : toposort(sink)) {
+    reduces |= u->op == Op::REDUCE;
+    if (u->op == Op::RANGE) ranges.push_back(u);
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
+  std::string name = reduces ? "r" : "E";
+  for (const UOpPtr& r : ranges) name += "_" + std::to_string(r->end()->vmax());
+  return name;
+}
+
+// Below this many loop iterations in total, handing work to other cores costs more than it saves.
+constexpr int64_t kMinThreadedWork = 1 << 15;
+
+int64_t total_iterations(const UOpPtr& sink) {
+  int64_t total = 1;
+  for (const UOpPtr& u : toposort(sink))
+    if (u->op == Op::RANGE) total = total > INT64_MAX / 65536 ? total : total * std::max<int64_t>(1, u->end()->vmax());
+  return total;
+}
+
+// THREAD for the CPU: the outermost output loop becomes launch dimension 0, split over the cores.
+UOpPtr apply_thread_opt(const UOpPtr& sink, const DeviceSpec& spec, LaunchDims& dims) {
+  if (spec.threads <= 1 || total_iterations(sink) < kMinThreadedWork) return sink;
+  std::vector<UOpPtr> outer = ranges_of(sink->src[0]->src[0]);  // the output address: output loops only
+  if (outer.empty()) return sink;
+  const UOpPtr& r = outer.front();
+  dims.global[0] = r->end()->vmax();
+  UOpPtr special = UOp::make(Op::SPECIAL, r->dtype, {r->end()}, std::string("gidx0"));
+  return substitute(sink, {{r.get(), special}});
+}
+
+}  // namespace
+
+LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec) {
+  KILN_ASSERT(ast->op == Op::SINK, "a kernel AST is a SINK of stores");
+  LoweredKernel k;
+  k.name = kernel_name(ast);
+  UOpPtr sink = graph_rewrite(ast, pm_symbolic(), nullptr, "simplify");
+  sink = apply_thread_opt(sink, spec, k.dims);
+  sink = lower_reduces(sink);
+  sink = close_loops(sink);
+  k.linear = linearize(sink);
+  for (const UOpPtr& u : k.linear) {
+    if (u->op == Op::DEFINE_GLOBAL) k.num_buffers = std::max(k.num_buffers, static_cast<size_t>(u->arg_as<int64_t>() + 1));
+    if (u->op == Op::DEFINE_VAR) k.vars.push_back(u);
+  }
+  if (config().debug >= 6)
+    for (size_t i = 0; i < k.linear.size(); ++i) std::cerr << i << ": " << op_name(k.linear[i]->op) << " " << str(k.linear[i]) << "\n";
+  KILN_ASSERT(spec.lang == Language::C, "only the C renderer exists so far; ", spec.name, " needs its own");
+  k.source = render_cstyle(c_language(), k.name, k.linear, k.num_buffers, k.vars);
+  if (config().debug >= 4) std::cerr << k.source << "\n";
+  return k;
+}
+
+}  // namespace kiln

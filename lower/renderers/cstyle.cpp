@@ -1,0 +1,235 @@
+#include "lower/renderers/cstyle.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <unordered_map>
+
+namespace kiln {
+
+const CStyleLanguage& c_language() {
+  static const CStyleLanguage lang = [] {
+    CStyleLanguage c;
+    c.name = "C";
+    c.preamble = "#include <stdint.h>\n#include <stdbool.h>\n#include <math.h>\n#include <string.h>\n";
+    // The CPU ABI: the runtime calls the kernel on chunks [gid_begin, gid_end) of launch dimension 0.
+    c.kernel_open =
+        "void %s(void* const* bufs, const int64_t* vars, int64_t gid_begin, int64_t gid_end) {\n";
+    c.kernel_close = "}\n";
+    c.buffer_decl = "  %s* restrict data%d = (%s*)bufs[%d];\n";
+    c.var_decl = "  const int64_t var%d = vars[%d];\n";
+    return c;
+  }();
+  return lang;
+}
+
+std::string c_type(DType dtype) {
+  std::string base;
+  switch (dtype.scalar) {
+    case ScalarType::Void: base = "void"; break;
+    case ScalarType::Bool: base = "bool"; break;
+    case ScalarType::Int8: base = "int8_t"; break;
+    case ScalarType::Int16: base = "int16_t"; break;
+    case ScalarType::Int32: base = "int32_t"; break;
+    case ScalarType::Int64: base = "int64_t"; break;
+    case ScalarType::UInt8: base = "uint8_t"; break;
+    case ScalarType::UInt16: base = "uint16_t"; break;
+    case ScalarType::UInt32: base = "uint32_t"; break;
+    case ScalarType::UInt64: base = "uint64_t"; break;
+    case ScalarType::Float16:
+    case ScalarType::BFloat16:
+      throw Error(cat("the C renderer does not support ", dtype.name(), " kernels yet; cast to float32 first"));
+    case ScalarType::Float32: base = "float"; break;
+    case ScalarType::Float64: base = "double"; break;
+  }
+  KILN_ASSERT(dtype.count == 1, "the C renderer has no vector types yet: ", dtype.name());
+  return base;
+}
+
+namespace {
+
+std::string literal(const UOpPtr& u) {
+  const ConstValue& v = u->const_value();
+  DType d = u->dtype;
+  if (is_bool(d)) return std::get<bool>(v) ? "1" : "0";
+  if (is_float(d)) {
+    double x = std::get<double>(v);
+    if (std::isnan(x)) return "NAN";
+    if (std::isinf(x)) return x > 0 ? "INFINITY" : "(-INFINITY)";
+    std::string s = const_to_string(v, d);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return d.scalar == ScalarType::Float32 ? "(" + s + "f)" : "(" + s + ")";
+  }
+  return "((" + c_type(d) + ")" + const_to_string(v, d) + (is_unsigned(d) ? "ull" : "ll") + ")";
+}
+
+const char* math_fn(Op op) {
+  switch (op) {
+    case Op::SQRT: return "sqrt";
+    case Op::EXP2: return "exp2";
+    case Op::LOG2: return "log2";
+    case Op::SIN: return "sin";
+    case Op::TRUNC: return "trunc";
+    case Op::POW: return "pow";
+    default: return nullptr;
+  }
+}
+
+std::string format(const std::string& pattern, const std::string& a, int b = 0, const std::string& c = "", int d = 0) {
+  // Tiny printf for the spelling tables: %s/%d in order (a, b, c, d) skipping absent kinds.
+  std::string out;
+  int s_seen = 0, d_seen = 0;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && (pattern[i + 1] == 's' || pattern[i + 1] == 'd')) {
+      if (pattern[i + 1] == 's') out += s_seen++ == 0 ? a : c;
+      else out += std::to_string(d_seen++ == 0 ? b : d);
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+class Renderer {
+ public:
+  Renderer(const CStyleLanguage& lang) : lang_(lang) {}
+
+  std::string run(const std::string& name, const std::vector<UOpPtr>& linear, size_t num_buffers,
+                  const std::vector<UOpPtr>& vars) {
+    std::ostringstream body;
+    std::vector<DType> buffer_types(num_buffers, dtypes::void_);
+    for (size_t i = 0; i < vars.size(); ++i) names_[vars[i].get()] = "var" + std::to_string(i);
+    int depth = 1;
+    bool threaded = false;
+    for (const UOpPtr& u : linear) {
+      if (u->op == Op::SPECIAL) threaded = true;
+    }
+    if (threaded) depth = 2;
+    for (const UOpPtr& u : linear) {
+      std::string line = statement(u, buffer_types, depth);
+      if (u->op == Op::END) --depth;
+      if (!line.empty()) body << std::string(static_cast<size_t>(depth) * 2, ' ') << line << "\n";
+      if (u->op == Op::RANGE) ++depth;
+    }
+    std::ostringstream out;
+    out << lang_.preamble << format(lang_.kernel_open, name);
+    for (size_t i = 0; i < num_buffers; ++i) {
+      std::string t = c_type(buffer_types[i]);
+      out << format(lang_.buffer_decl, t, static_cast<int>(i), t, static_cast<int>(i));
+    }
+    for (size_t i = 0; i < vars.size(); ++i) out << format(lang_.var_decl, "", static_cast<int>(i), "", static_cast<int>(i));
+    if (threaded) out << "  for (int64_t gidx0 = gid_begin; gidx0 < gid_end; gidx0++) {\n";
+    out << body.str();
+    if (threaded) out << "  }\n";
+    out << lang_.kernel_close;
+    return out.str();
+  }
+
+ private:
+  const std::string& name(const UOpPtr& u) {
+    auto it = names_.find(u.get());
+    if (it != names_.end()) return it->second;
+    if (u->op == Op::CONST) return names_[u.get()] = literal(u);
+    throw_internal("every source is rendered before its user", str(u), __FILE__, __LINE__);
+  }
+
+  std::string fresh(const char* prefix, const UOpPtr& u) { return names_[u.get()] = prefix + std::to_string(counter_++); }
+
+  std::string expr(const UOpPtr& u) {
+    auto a = [&](size_t i) -> const std::string& { return name(u->src[i]); };
+    bool fp = is_float(u->src.empty() ? u->dtype : u->src.back()->dtype);
+    switch (u->op) {
+      case Op::NEG: return "(-" + a(0) + ")";
+      case Op::RECIP: return "(" + std::string(u->dtype.scalar == ScalarType::Float32 ? "1.0f" : "1.0") + "/" + a(0) + ")";
+      case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
+        return std::string(math_fn(u->op)) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ")";
+      case Op::POW:
+        return std::string("pow") + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ", " + a(1) + ")";
+      case Op::ADD: return "(" + a(0) + "+" + a(1) + ")";
+      case Op::SUB: return "(" + a(0) + "-" + a(1) + ")";
+      case Op::MUL: return "(" + a(0) + "*" + a(1) + ")";
+      case Op::FDIV: case Op::IDIV: return "(" + a(0) + "/" + a(1) + ")";
+      case Op::MOD: return "(" + a(0) + "%" + a(1) + ")";
+      // Float MAX/MIN propagate NaN (uop/ops.h): a NaN on either side wins.
+      case Op::MAX: return fp ? "((" + a(0) + "!=" + a(0) + "||" + a(0) + ">" + a(1) + ")?" + a(0) + ":" + a(1) + ")"
+                              : "((" + a(0) + ">" + a(1) + ")?" + a(0) + ":" + a(1) + ")";
+      case Op::MIN: return fp ? "((" + a(0) + "!=" + a(0) + "||" + a(0) + "<" + a(1) + ")?" + a(0) + ":" + a(1) + ")"
+                              : "((" + a(0) + "<" + a(1) + ")?" + a(0) + ":" + a(1) + ")";
+      case Op::CMPLT: return "(" + a(0) + "<" + a(1) + ")";
+      case Op::CMPNE: return "(" + a(0) + "!=" + a(1) + ")";
+      case Op::CMPEQ: return "(" + a(0) + "==" + a(1) + ")";
+      case Op::AND: return "(" + a(0) + "&" + a(1) + ")";
+      case Op::OR: return "(" + a(0) + "|" + a(1) + ")";
+      case Op::XOR: return "(" + a(0) + "^" + a(1) + ")";
+      case Op::SHL: return "(" + a(0) + "<<" + a(1) + ")";
+      case Op::SHR: return "(" + a(0) + ">>" + a(1) + ")";
+      case Op::WHERE: return "(" + a(0) + "?" + a(1) + ":" + a(2) + ")";
+      case Op::MULACC: return "((" + a(0) + "*" + a(1) + ")+" + a(2) + ")";
+      case Op::CAST:
+        if (is_bool(u->dtype)) return "(" + a(0) + "!=0)";
+        return "((" + c_type(u->dtype) + ")" + a(0) + ")";
+      default: throw_internal("expr() is called for ALU ops and casts", std::string(op_name(u->op)), __FILE__, __LINE__);
+    }
+  }
+
+  std::string statement(const UOpPtr& u, std::vector<DType>& buffer_types, int depth) {
+    (void)depth;
+    switch (u->op) {
+      case Op::CONST: name(u); return "";
+      case Op::DEFINE_GLOBAL: {
+        int64_t slot = u->arg_as<int64_t>();
+        buffer_types.at(static_cast<size_t>(slot)) = u->dtype.deref();
+        names_[u.get()] = "data" + std::to_string(slot);
+        return "";
+      }
+      case Op::DEFINE_VAR: return "";
+      case Op::SPECIAL: names_[u.get()] = "gidx0"; return "";
+      case Op::RANGE: {
+        std::string r = names_[u.get()] = "ridx" + std::to_string(u->axis_id());
+        return "for (" + c_type(u->dtype) + " " + r + " = 0; " + r + " < " + name(u->end()) + "; " + r + "++) {";
+      }
+      case Op::END: return "}";
+      case Op::INDEX: names_[u.get()] = name(u->src[0]) + "[" + name(u->src[1]) + "]"; return "";
+      case Op::LOAD: {
+        if (u->src[0]->op == Op::DEFINE_REG) {  // the accumulator, read after its loop
+          names_[u.get()] = name(u->src[0]);
+          return "";
+        }
+        std::string v = fresh("val", u);
+        std::string read = name(u->src[0]);
+        if (u->src.size() == 3) read = "(" + name(u->src[2]) + "?" + read + ":" + name(u->src[1]) + ")";
+        return c_type(u->dtype) + " " + v + " = " + read + ";";
+      }
+      case Op::STORE: return name(u->src[0]) + " = " + name(u->src[1]) + ";";
+      case Op::DEFINE_REG: {
+        std::string acc = names_[u.get()] = "acc" + std::to_string(u->arg_as<int64_t>());
+        return c_type(u->dtype) + " " + acc + " = " + name(u->src[0]) + ";";
+      }
+      case Op::ASSIGN: return name(u->src[0]) + " = " + name(u->src[1]) + ";";
+      case Op::BITCAST: {
+        std::string v = fresh("cast", u);
+        return c_type(u->dtype) + " " + v + "; memcpy(&" + v + ", &" + name(u->src[0]) + ", sizeof(" + v + "));";
+      }
+      default: break;
+    }
+    if (is_alu(u->op) || u->op == Op::CAST) {
+      std::string v = fresh("alu", u);
+      return c_type(u->dtype) + " " + v + " = " + expr(u) + ";";
+    }
+    throw_internal("the C renderer handles every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
+  }
+
+  const CStyleLanguage& lang_;
+  std::unordered_map<const UOp*, std::string> names_;
+  int counter_ = 0;
+};
+
+}  // namespace
+
+std::string render_cstyle(const CStyleLanguage& lang, const std::string& name, const std::vector<UOpPtr>& linear,
+                          size_t num_buffers, const std::vector<UOpPtr>& vars) {
+  return Renderer(lang).run(name, linear, num_buffers, vars);
+}
+
+}  // namespace kiln

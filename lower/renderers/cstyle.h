@@ -1,0 +1,35 @@
+// Renderers for the C family (C for the CPU device now; OpenCL C and CUDA C share this base and
+// differ only by the tables of spellings in CStyleLanguage).
+//
+//   std::string src = render_cstyle(c_language(), "E_16", program, /*num_buffers=*/3, vars);
+//
+// Every value-producing node becomes one typed local variable, constants and index arithmetic
+// are inlined, and loops are plain for loops, so the device compiler sees simple code it can
+// vectorize.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "uop/uop.h"
+
+namespace kiln {
+
+struct CStyleLanguage {
+  std::string name;               // "C"
+  std::string preamble;           // includes and helpers at the top of the file
+  std::string kernel_open;        // printf-style: %s is the kernel name; the function header up to '{'
+  std::string kernel_close;       // closes what kernel_open opened, after the body
+  std::string buffer_decl;        // printf-style: %s type, %d slot (declares data<slot>)
+  std::string var_decl;           // printf-style: %d index (declares var<index> from the launch's vars)
+  std::string float_suffix = "f"; // float32 literals
+  bool fmath_suffix = true;       // sqrtf/exp2f... for float32
+};
+
+const CStyleLanguage& c_language();  // the CPU device's ABI (devices/cpu.h)
+
+std::string render_cstyle(const CStyleLanguage& lang, const std::string& name, const std::vector<UOpPtr>& linear,
+                          size_t num_buffers, const std::vector<UOpPtr>& vars);
+
+std::string c_type(DType dtype);
+
+}  // namespace kiln

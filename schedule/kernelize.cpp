@@ -1,0 +1,182 @@
+#include "schedule/kernelize.h"
+
+#include "uop/symbolic.h"
+
+namespace kiln {
+
+namespace {
+
+const DType kIndex = dtypes::int32;  // TODO(kiln): int64 indices for buffers over 2^31 elements
+
+UOpPtr idx_const(int64_t v) { return const_int(v, kIndex); }
+
+UOpPtr all_of(const UOpPtr& a, const UOpPtr& b) {
+  if (a->op == Op::CONST && std::get<bool>(a->const_value())) return b;
+  if (b->op == Op::CONST && std::get<bool>(b->const_value())) return a;
+  return alu(Op::AND, {a, b});
+}
+
+bool is_true(const UOpPtr& u) { return u->op == Op::CONST && std::get<bool>(u->const_value()); }
+
+}  // namespace
+
+UOpPtr linear_index(const Shape& shape, const std::vector<UOpPtr>& idx) {
+  Shape strides = contiguous_strides(shape);
+  UOpPtr out = idx_const(0);
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) out = out + idx[i] * strides[i];
+  return simplify(out);
+}
+
+KernelBuilder::KernelBuilder(ShapeCache& shapes, std::function<UOpPtr(const UOpPtr&)> stored_buffer)
+    : shapes_(shapes), stored_buffer_(std::move(stored_buffer)) {}
+
+UOpPtr KernelBuilder::global(const UOpPtr& buffer) {
+  size_t slot = 0;
+  while (slot < bufs_.size() && bufs_[slot] != buffer) ++slot;
+  if (slot == bufs_.size()) bufs_.push_back(buffer);
+  return UOp::make(Op::DEFINE_GLOBAL, buffer->dtype.ptr(), {}, static_cast<int64_t>(slot));
+}
+
+UOpPtr KernelBuilder::build(const UOpPtr& root, const UOpPtr& out_buffer) {
+  UOpPtr out = global(out_buffer);
+  const Shape& shape = shapes_(root);
+  std::vector<UOpPtr> idx;
+  for (int64_t d : shape) idx.push_back(d == 1 ? idx_const(0) : range(next_axis_++, idx_const(d)));
+  UOpPtr value = index(root, idx, const_bool(true));
+  UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, out->dtype, {out, linear_index(shape, idx)}), value});
+  return UOp::make(Op::SINK, dtypes::void_, {store});
+}
+
+UOpPtr KernelBuilder::load(const UOpPtr& buffer, const Shape& shape, const std::vector<UOpPtr>& idx, const UOpPtr& valid) {
+  UOpPtr ptr = global(buffer);
+  UOpPtr address = UOp::make(Op::INDEX, ptr->dtype, {ptr, linear_index(shape, idx)});
+  if (is_true(valid)) return UOp::make(Op::LOAD, buffer->dtype, {address});
+  // A gated load reads 0 where the index is invalid (padding), without touching memory there.
+  return UOp::make(Op::LOAD, buffer->dtype, {address, const_of(buffer->dtype, int64_t{0}), valid});
+}
+
+UOpPtr KernelBuilder::index(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid) {
+  std::vector<const UOp*> key{u.get(), valid.get()};
+  for (const UOpPtr& i : idx) key.push_back(i.get());
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  UOpPtr out = index_uncached(u, idx, valid);
+  memo_[key] = out;
+  return out;
+}
+
+UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid) {
+  if (UOpPtr buffer = stored_buffer_(u)) return load(buffer, shapes_(u), idx, valid);
+  const Shape& shape = shapes_(u);
+  auto src_shape = [&](size_t i) -> const Shape& { return shapes_(u->src[i]); };
+  switch (u->op) {
+    case Op::CONST: return const_of(u->dtype, u->const_value());
+    case Op::IOTA: return cast(idx[0], u->dtype);
+    case Op::DETACH:
+    case Op::CONTIGUOUS: return index(u->src[0], idx, valid);
+    case Op::CAST:
+    case Op::BITCAST: return UOp::make(u->op, u->dtype, {index(u->src[0], idx, valid)});
+    case Op::RESHAPE: {
+      const Shape& old = src_shape(0);
+      std::vector<UOpPtr> old_idx;
+      // Fast path: only size-1 axes inserted or removed.
+      std::vector<UOpPtr> kept_new, kept_old_dims;
+      Shape new_no1, old_no1;
+      for (size_t i = 0; i < shape.size(); ++i)
+        if (shape[i] != 1) new_no1.push_back(shape[i]), kept_new.push_back(idx[i]);
+      for (int64_t d : old)
+        if (d != 1) old_no1.push_back(d);
+      if (new_no1 == old_no1) {
+        size_t k = 0;
+        for (int64_t d : old) old_idx.push_back(d == 1 ? idx_const(0) : kept_new[k++]);
+      } else {
+        UOpPtr flat = linear_index(shape, idx);
+        Shape strides = contiguous_strides(old);
+        for (size_t j = 0; j < old.size(); ++j) {
+          UOpPtr e = old[j] == 1 ? idx_const(0) : (j == 0 ? flat / strides[j] : (flat / strides[j]) % old[j]);
+          old_idx.push_back(simplify(e));
+        }
+      }
+      return index(u->src[0], old_idx, valid);
+    }
+    case Op::PERMUTE: {
+      const auto& order = std::get<std::vector<int64_t>>(u->arg);
+      std::vector<UOpPtr> old_idx(idx.size());
+      for (size_t i = 0; i < order.size(); ++i) old_idx[static_cast<size_t>(order[i])] = idx[i];
+      return index(u->src[0], old_idx, valid);
+    }
+    case Op::EXPAND: {
+      const Shape& old = src_shape(0);
+      std::vector<UOpPtr> old_idx;
+      for (size_t i = 0; i < old.size(); ++i) old_idx.push_back(old[i] == 1 ? idx_const(0) : idx[i]);
+      return index(u->src[0], old_idx, valid);
+    }
+    case Op::SHRINK: {
+      const Pairs& p = std::get<Pairs>(u->arg);
+      std::vector<UOpPtr> old_idx;
+      for (size_t i = 0; i < idx.size(); ++i) old_idx.push_back(simplify(idx[i] + p[i].first));
+      return index(u->src[0], old_idx, valid);
+    }
+    case Op::FLIP: {
+      const auto& flags = std::get<std::vector<int64_t>>(u->arg);
+      std::vector<UOpPtr> old_idx;
+      for (size_t i = 0; i < idx.size(); ++i)
+        old_idx.push_back(flags[i] ? simplify(idx_const(shape[i] - 1) - idx[i]) : idx[i]);
+      return index(u->src[0], old_idx, valid);
+    }
+    case Op::PAD: {
+      const Pairs& p = std::get<Pairs>(u->arg);
+      const Shape& old = src_shape(0);
+      std::vector<UOpPtr> old_idx;
+      UOpPtr inside = const_bool(true);
+      for (size_t i = 0; i < idx.size(); ++i) {
+        if (p[i].first == 0 && p[i].second == 0) {
+          old_idx.push_back(idx[i]);
+          continue;
+        }
+        UOpPtr shifted = simplify(idx[i] - p[i].first);
+        old_idx.push_back(shifted);
+        // 0 <= shifted < old[i], i.e. -1 < shifted and shifted < old[i]
+        inside = all_of(inside, simplify(all_of(lt(idx_const(-1), shifted), lt(shifted, idx_const(old[i])))));
+      }
+      inside = simplify(inside);
+      UOpPtr value = index(u->src[0], old_idx, simplify(all_of(valid, inside)));
+      if (is_true(inside)) return value;
+      return where(inside, value, const_of(u->dtype, int64_t{0}));
+    }
+    case Op::REDUCE_AXIS: {
+      const ReduceArg& r = std::get<ReduceArg>(u->arg);
+      const Shape& in = src_shape(0);
+      std::vector<UOpPtr> in_idx = idx, ranges;
+      for (int64_t axis : r.axes) {
+        size_t a = static_cast<size_t>(axis);
+        if (in[a] == 1) continue;
+        in_idx[a] = range(next_axis_++, idx_const(in[a]));
+        ranges.push_back(in_idx[a]);
+      }
+      UOpPtr value = index(u->src[0], in_idx, valid);
+      if (ranges.empty()) return value;
+      std::vector<UOpPtr> src{value};
+      src.insert(src.end(), ranges.begin(), ranges.end());
+      return UOp::make(Op::REDUCE, u->dtype, src, r.op);
+    }
+    case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
+    case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD: case Op::MAX:
+    case Op::MIN: case Op::POW: case Op::CMPLT: case Op::CMPNE: case Op::CMPEQ: case Op::AND: case Op::OR:
+    case Op::XOR: case Op::SHL: case Op::SHR: case Op::WHERE: case Op::MULACC: {
+      std::vector<UOpPtr> src;
+      for (const UOpPtr& s : u->src) src.push_back(index(s, idx, valid));
+      return UOp::make(u->op, u->dtype, src);
+    }
+    case Op::BUFFER: case Op::COPY: case Op::ASSIGN:
+      throw_internal("buffers, copies and assigns are stored, never fused", std::string(op_name(u->op)), __FILE__, __LINE__);
+    case Op::SINK: case Op::NOOP: case Op::DEFINE_VAR: case Op::DEVICE: case Op::DEFINE_GLOBAL:
+    case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::INDEX: case Op::LOAD: case Op::STORE: case Op::RANGE:
+    case Op::END: case Op::REDUCE: case Op::SPECIAL: case Op::BARRIER: case Op::IF: case Op::ENDIF:
+    case Op::VECTORIZE: case Op::GEP:
+      break;
+  }
+  throw_internal("tensor graphs hold only tensor ops", cat(op_name(u->op), " in a tensor graph"), __FILE__, __LINE__);
+}
+
+}  // namespace kiln

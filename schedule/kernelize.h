@@ -1,0 +1,50 @@
+// Turning one fused region of the tensor graph into a kernel AST: movement ops become index math.
+//
+//   KernelBuilder kb(shapes, is_stored);           // is_stored: nodes read from memory, not fused
+//   UOpPtr ast = kb.build(root, out_buffer);       // SINK(STORE(INDEX(DEFINE_GLOBAL 0, idx), value))
+//   kb.buffers();                                  // BUFFER node of each DEFINE_GLOBAL slot
+//
+// The kernel loops over the root's shape with one RANGE per axis of size > 1 (axis ids 0..n-1, outer
+// first). Each node is "indexed": given an index expression per axis of its shape, it yields the
+// scalar value there. Movement ops only rewrite the indices (a view costs no copy):
+//   RESHAPE  linearize by the new shape, unflatten by the old one (the simplifier cleans // and %)
+//   PERMUTE  permute the indices          EXPAND  broadcast axes read index 0
+//   SHRINK   add the begin offsets        FLIP    size-1-i
+//   PAD      subtract the before-padding; outside the source the value is 0, guarded by a validity
+//            condition that also gates the loads beneath it, so nothing out of bounds is read.
+// A fused REDUCE_AXIS opens one new RANGE per reduced axis and becomes a REDUCE over them. Stored
+// nodes (buffers, earlier kernels' outputs) become LOADs from a DEFINE_GLOBAL slot.
+#pragma once
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "schedule/shape.h"
+
+namespace kiln {
+
+class KernelBuilder {
+ public:
+  // stored_buffer(u): the BUFFER holding u's value if u is read from memory in this kernel, else null.
+  KernelBuilder(ShapeCache& shapes, std::function<UOpPtr(const UOpPtr&)> stored_buffer);
+
+  UOpPtr build(const UOpPtr& root, const UOpPtr& out_buffer);
+  const std::vector<UOpPtr>& buffers() const { return bufs_; }
+
+ private:
+  UOpPtr index(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid);
+  UOpPtr index_uncached(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid);
+  UOpPtr load(const UOpPtr& buffer, const Shape& shape, const std::vector<UOpPtr>& idx, const UOpPtr& valid);
+  UOpPtr global(const UOpPtr& buffer);
+
+  ShapeCache& shapes_;
+  std::function<UOpPtr(const UOpPtr&)> stored_buffer_;
+  std::vector<UOpPtr> bufs_;
+  int64_t next_axis_ = 0;
+  std::map<std::vector<const UOp*>, UOpPtr> memo_;  // (node, indices..., valid) -> value
+};
+
+// The index expression of a contiguous row-major layout: sum of idx[i] * stride[i].
+UOpPtr linear_index(const Shape& shape, const std::vector<UOpPtr>& idx);
+
+}  // namespace kiln

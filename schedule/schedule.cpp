@@ -1,0 +1,210 @@
+#include "schedule/schedule.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <set>
+#include <tuple>
+#include <unordered_set>
+
+#include "schedule/kernelize.h"
+
+namespace kiln {
+
+UOpPtr device_of(const UOpPtr& u) {
+  // Iterative walk: the first DEVICE found below u (COPY's own DEVICE is its destination).
+  std::vector<const UOpPtr*> stack{&u};
+  std::unordered_set<const UOp*> seen;
+  while (!stack.empty()) {
+    const UOpPtr& n = *stack.back();
+    stack.pop_back();
+    if (n->op == Op::DEVICE) return n;
+    if (n->op == Op::COPY) return n->src[1];
+    if (!seen.insert(n.get()).second) continue;
+    for (auto it = n->src.rbegin(); it != n->src.rend(); ++it) stack.push_back(&*it);
+  }
+  throw_internal("every tensor graph reaches a DEVICE", str(u), __FILE__, __LINE__);
+}
+
+namespace {
+
+// Elementwise nodes used by several consumers are recomputed in each (memory-bound kernels pay
+// nothing for a few more ALU ops) unless recomputing would cost more than this many ALU ops per element.
+constexpr int kMaxRecomputeOps = 32;
+
+class Scheduler {
+ public:
+  Scheduler(const BufferMaker& make_buffer, const RealizedLookup& realized) : make_buffer_(make_buffer), realized_(realized) {}
+
+  Schedule run(const std::vector<UOpPtr>& outputs) {
+    count_users(outputs);
+    for (const UOpPtr& out : outputs) mark_stored(out);
+    // Grow the set of stored nodes until every kernel region is valid (see store_reason).
+    for (size_t i = 0; i < roots_.size(); ++i) explore_region(roots_[i]);
+    Schedule s;
+    for (const UOpPtr& out : outputs) emit(out, s);
+    for (const UOpPtr& out : outputs) s.outputs.push_back(buffer_of(out));
+    plan_memory(outputs, s);
+    return s;
+  }
+
+ private:
+  void count_users(const std::vector<UOpPtr>& outputs) {
+    for (const UOpPtr& out : outputs)
+      for (const UOpPtr& u : toposort(out)) {
+        if (!visited_.insert(u.get()).second || is_leaf(u)) continue;
+        for (const UOpPtr& s : u->src) ++users_[s.get()];
+      }
+  }
+
+  bool is_leaf(const UOpPtr& u) const { return u->op == Op::BUFFER || u->op == Op::DEVICE || realized_(u) != nullptr; }
+
+  void mark_stored(const UOpPtr& u) {
+    if (stored_.insert(u.get()).second) roots_.push_back(u);
+  }
+
+  // The one cost function: why a node inside a kernel's region is stored instead of fused (or "").
+  //  - CONTIGUOUS and COPY are stored by definition;
+  //  - a REDUCE_AXIS is stored if it is broadcast back (read through an EXPAND: fusing would redo
+  //    the whole reduction per element), read inside another reduction, or read by several consumers;
+  //  - an elementwise node with several consumers is stored only when recomputing it costs more
+  //    than kMaxRecomputeOps ALU ops per element.
+  std::string store_reason(const UOpPtr& u, bool expanded, bool in_reduce) {
+    if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return "forced";
+    int users = users_[u.get()];
+    if (u->op == Op::REDUCE_AXIS) {
+      if (expanded) return "reduce broadcast back";
+      if (in_reduce) return "reduce inside a reduce";
+      if (users > 1) return "reduce with several consumers";
+      return "";
+    }
+    if (users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps) return "expensive and shared";
+    return "";
+  }
+
+  int alu_cost(const UOpPtr& u) {
+    int cost = 0;
+    std::vector<UOpPtr> stack{u};
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty() && cost <= kMaxRecomputeOps) {
+      UOpPtr n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n.get()).second || is_leaf(n) || (n != u && stored_.count(n.get()))) continue;
+      cost += is_alu(n->op);
+      for (const UOpPtr& s : n->src) stack.push_back(s);
+    }
+    return cost;
+  }
+
+  void explore_region(const UOpPtr& root) {
+    struct Item {
+      UOpPtr node;
+      bool expanded, in_reduce;
+    };
+    std::vector<Item> stack;
+    for (const UOpPtr& s : root->src) stack.push_back({s, false, root->op == Op::REDUCE_AXIS});
+    if (root->op == Op::COPY) {  // a copy reads its source from a buffer
+      if (!is_leaf(root->src[0])) mark_stored(root->src[0]);
+      return;
+    }
+    std::set<std::tuple<const UOp*, bool, bool>> seen;
+    while (!stack.empty()) {
+      Item it = stack.back();
+      stack.pop_back();
+      const UOpPtr& u = it.node;
+      if (is_leaf(u) || stored_.count(u.get())) continue;
+      if (!seen.insert({u.get(), it.expanded, it.in_reduce}).second) continue;
+      if (!store_reason(u, it.expanded, it.in_reduce).empty()) {
+        mark_stored(u);
+        continue;
+      }
+      bool expands = u->op == Op::EXPAND && numel(shapes_(u)) != numel(shapes_(u->src[0]));
+      for (const UOpPtr& s : u->src)
+        stack.push_back({s, it.expanded || expands, it.in_reduce || u->op == Op::REDUCE_AXIS});
+    }
+  }
+
+  UOpPtr buffer_of(const UOpPtr& u) {
+    if (u->op == Op::BUFFER) return u;
+    if (UOpPtr b = realized_(u)) return b;
+    auto it = buffers_.find(u.get());
+    KILN_ASSERT(it != buffers_.end(), "a stored node has a buffer once emitted: ", str(u));
+    return it->second;
+  }
+
+  UOpPtr stored_buffer(const UOpPtr& u) {
+    if (u->op == Op::BUFFER) return u;
+    if (UOpPtr b = realized_(u)) return b;
+    if (auto it = buffers_.find(u.get()); it != buffers_.end()) return it->second;
+    return nullptr;
+  }
+
+  // Emits the items that compute u (after those it depends on), depth first.
+  void emit(const UOpPtr& root, Schedule& s) {
+    if (is_leaf(root) || buffers_.count(root.get())) return;
+    // The stored nodes this region reads, emitted first.
+    std::vector<UOpPtr> deps;
+    std::vector<UOpPtr> stack(root->src.begin(), root->src.end());
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty()) {
+      UOpPtr u = stack.back();
+      stack.pop_back();
+      if (!seen.insert(u.get()).second || is_leaf(u)) continue;
+      if (stored_.count(u.get())) {
+        deps.push_back(u);
+        continue;
+      }
+      stack.insert(stack.end(), u->src.begin(), u->src.end());
+    }
+    for (const UOpPtr& d : deps) emit(d, s);
+    const Shape& shape = shapes_(root);
+    UOpPtr out = make_buffer_(device_of(root), std::max<int64_t>(numel(shape), 1), root->dtype);
+    ScheduleItem item;
+    if (root->op == Op::COPY) {
+      item.kind = ScheduleItem::Kind::Copy;
+      item.bufs = {out, buffer_of(root->src[0])};
+    } else {
+      KernelBuilder kb(shapes_, [this, &root](const UOpPtr& u) { return u == root ? nullptr : stored_buffer(u); });
+      item.ast = kb.build(root, out);
+      item.bufs = kb.buffers();
+    }
+    buffers_[root.get()] = out;
+    s.items.push_back(std::move(item));
+  }
+
+  // Intermediate buffers are freed right after the item that reads them last, so the device's
+  // buffer cache hands their memory to later items: that is the memory plan.
+  void plan_memory(const std::vector<UOpPtr>& outputs, Schedule& s) {
+    std::unordered_set<const UOp*> keep;
+    for (const UOpPtr& out : outputs) keep.insert(buffer_of(out).get());
+    std::unordered_map<const UOp*, size_t> last_use;
+    std::unordered_map<const UOp*, UOpPtr> node;
+    for (size_t i = 0; i < s.items.size(); ++i)
+      for (const UOpPtr& b : s.items[i].bufs) {
+        last_use[b.get()] = i;
+        node[b.get()] = b;
+      }
+    s.free_after.assign(s.items.size(), {});
+    for (const auto& [b, i] : last_use) {
+      bool created_here = false;
+      for (const auto& [n, buf] : buffers_) created_here |= buf.get() == b;
+      if (created_here && !keep.count(b)) s.free_after[i].push_back(node[b]);
+    }
+  }
+
+  const BufferMaker& make_buffer_;
+  const RealizedLookup& realized_;
+  ShapeCache shapes_;
+  std::unordered_map<const UOp*, int> users_;
+  std::unordered_set<const UOp*> visited_;
+  std::unordered_set<const UOp*> stored_;
+  std::vector<UOpPtr> roots_;
+  std::unordered_map<const UOp*, UOpPtr> buffers_;
+};
+
+}  // namespace
+
+Schedule create_schedule(const std::vector<UOpPtr>& outputs, const BufferMaker& make_buffer, const RealizedLookup& realized) {
+  return Scheduler(make_buffer, realized).run(outputs);
+}
+
+}  // namespace kiln

@@ -1,0 +1,333 @@
+// Every tensor op against the naive reference evaluator (tests/reference), on random inputs with a fixed
+// seed: broadcasting, negative axes, non-contiguous inputs, size-0 and size-1 axes, integer and float
+// dtypes, NaN and inf.
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "frontend/tensor.h"
+#include "helpers.h"
+#include "reference/reference.h"
+
+using namespace kiln;
+namespace R = kiln::ref;
+
+namespace {
+
+template <typename T>
+std::vector<T> values_as(const R::Array& a) {
+  std::vector<T> out;
+  for (double v : a.data) out.push_back(static_cast<T>(v));
+  return out;
+}
+
+Tensor to_tensor(const R::Array& a) {
+  switch (a.dtype.scalar) {
+    case ScalarType::Float32: return Tensor::from_vector(values_as<float>(a), a.shape);
+    case ScalarType::Float64: return Tensor::from_vector(values_as<double>(a), a.shape);
+    case ScalarType::Int32: return Tensor::from_vector(values_as<int32_t>(a), a.shape);
+    case ScalarType::Int64: return Tensor::from_vector(values_as<int64_t>(a), a.shape);
+    case ScalarType::Int8: return Tensor::from_vector(values_as<int8_t>(a), a.shape);
+    case ScalarType::Int16: return Tensor::from_vector(values_as<int16_t>(a), a.shape);
+    case ScalarType::UInt8: return Tensor::from_vector(values_as<uint8_t>(a), a.shape);
+    case ScalarType::Bool: return Tensor::from_vector(values_as<uint8_t>(a), a.shape).cast(dtypes::bool_);
+    default: FAIL("to_tensor: no test conversion for " << a.dtype.name());
+  }
+  return Tensor::zeros({});
+}
+
+R::Array to_ref(Tensor t) {
+  R::Array out;
+  out.shape = t.shape();
+  out.dtype = t.dtype();
+  auto take = [&](auto vec) { out.data.assign(vec.begin(), vec.end()); };
+  switch (t.dtype().scalar) {
+    case ScalarType::Float32: take(t.to_vector<float>()); break;
+    case ScalarType::Float64: take(t.to_vector<double>()); break;
+    case ScalarType::Int32: take(t.to_vector<int32_t>()); break;
+    case ScalarType::Int64: take(t.to_vector<int64_t>()); break;
+    case ScalarType::Int8: take(t.to_vector<int8_t>()); break;
+    case ScalarType::Int16: take(t.to_vector<int16_t>()); break;
+    case ScalarType::UInt8: take(t.to_vector<uint8_t>()); break;
+    case ScalarType::UInt32: take(t.to_vector<uint32_t>()); break;
+    case ScalarType::Bool: take(t.cast(dtypes::uint8).to_vector<uint8_t>()); break;
+    default: FAIL("to_ref: no test conversion for " << t.dtype().name());
+  }
+  return out;
+}
+
+std::mt19937_64 rng(20261130);
+
+R::Array random(Shape shape, DType dtype, double lo = -3, double hi = 3, bool specials = false) {
+  std::vector<double> v(static_cast<size_t>(numel(shape)));
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (double& x : v) x = is_float(dtype) ? u(rng) : std::floor(u(rng));
+  if (specials && v.size() >= 4) {
+    v[1] = std::nan("");
+    v[2] = INFINITY;
+    v[3] = -INFINITY;
+  }
+  return R::array(shape, v, dtype);
+}
+
+void expect_close(Tensor got, const R::Array& want, double rtol = 2e-6, double atol = 1e-6) {
+  R::Array g = to_ref(got);
+  INFO("got:  " << R::to_string(g));
+  INFO("want: " << R::to_string(want));
+  CHECK(g.dtype == want.dtype);
+  std::string why;
+  bool ok = R::allclose(g, want, rtol, atol, &why);
+  INFO(why);
+  CHECK(ok);
+}
+
+// The same input as a contiguous tensor and through views that make it non-contiguous.
+struct Variant {
+  const char* name;
+  std::function<Tensor(Tensor)> t;
+  std::function<R::Array(R::Array)> r;
+};
+std::vector<Variant> variants() {
+  return {
+      {"contiguous", [](Tensor x) { return x; }, [](R::Array x) { return x; }},
+      {"permuted", [](Tensor x) { return x.permute({1, 0}); }, [](R::Array x) { return R::permute(x, {1, 0}); }},
+      {"flipped", [](Tensor x) { return x.flip({0}); }, [](R::Array x) { return R::flip(x, {0}); }},
+      {"sliced", [](Tensor x) { return x.slice(1, 1, std::nullopt, 2); }, [](R::Array x) { return R::slice(x, {{}, {1, std::nullopt, 2}}); }},
+      {"padded", [](Tensor x) { return x.pad({{1, 0}, {0, 2}}); }, [](R::Array x) { return R::pad(x, {{1, 0}, {0, 2}}); }},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("unary float ops match the reference, on every layout", "[ops]") {
+  struct Case {
+    const char* name;
+    std::function<Tensor(Tensor)> t;
+    std::function<R::Array(R::Array)> r;
+    double lo, hi, rtol;
+  };
+  std::vector<Case> cases = {
+      {"neg", [](Tensor x) { return -x; }, R::neg, -3, 3, 0},
+      {"abs", [](Tensor x) { return x.abs(); }, R::abs, -3, 3, 0},
+      {"sign", [](Tensor x) { return x.sign(); }, R::sign, -3, 3, 0},
+      {"exp", [](Tensor x) { return x.exp(); }, R::exp, -10, 10, 4e-6},
+      {"log", [](Tensor x) { return x.log(); }, R::log, 0.01, 100, 4e-6},
+      {"exp2", [](Tensor x) { return x.exp2(); }, R::exp2, -10, 10, 2e-6},
+      {"log2", [](Tensor x) { return x.log2(); }, R::log2, 0.01, 100, 2e-6},
+      {"sqrt", [](Tensor x) { return x.sqrt(); }, R::sqrt, 0, 100, 2e-6},
+      {"rsqrt", [](Tensor x) { return x.rsqrt(); }, R::rsqrt, 0.01, 100, 4e-6},
+      {"reciprocal", [](Tensor x) { return x.reciprocal(); }, R::reciprocal, 0.1, 10, 2e-6},
+      {"sin", [](Tensor x) { return x.sin(); }, R::sin, -6, 6, 2e-6},
+      {"cos", [](Tensor x) { return x.cos(); }, R::cos, -6, 6, 2e-6},
+      {"tan", [](Tensor x) { return x.tan(); }, R::tan, -1.4, 1.4, 1e-5},
+      {"tanh", [](Tensor x) { return x.tanh(); }, R::tanh, -5, 5, 1e-5},
+      {"sigmoid", [](Tensor x) { return x.sigmoid(); }, R::sigmoid, -10, 10, 4e-6},
+      {"relu", [](Tensor x) { return x.relu(); }, R::relu, -3, 3, 0},
+      {"leaky_relu", [](Tensor x) { return x.leaky_relu(0.1); }, [](R::Array a) { return R::leaky_relu(a, 0.1); }, -3, 3, 2e-6},
+      {"gelu", [](Tensor x) { return x.gelu(); }, R::gelu, -4, 4, 1e-5},
+      {"silu", [](Tensor x) { return x.silu(); }, R::silu, -6, 6, 1e-5},
+      {"softplus", [](Tensor x) { return x.softplus(); }, [](R::Array a) { return R::softplus(a); }, -30, 30, 1e-5},
+      {"erf", [](Tensor x) { return x.erf(); }, R::erf, -3, 3, 1e-5},
+      {"floor", [](Tensor x) { return x.floor(); }, R::floor, -5, 5, 0},
+      {"ceil", [](Tensor x) { return x.ceil(); }, R::ceil, -5, 5, 0},
+      {"round", [](Tensor x) { return (x * 2.0).round(); }, [](R::Array a) { return R::round(R::mul(a, R::scalar(2))); }, -5, 5, 0},
+      {"trunc", [](Tensor x) { return x.trunc(); }, R::trunc, -5, 5, 0},
+      {"clamp", [](Tensor x) { return x.clamp(-1, 2); }, [](R::Array a) { return R::clamp(a, -1.0, 2.0); }, -3, 3, 0},
+  };
+  for (const Case& c : cases) {
+    for (const Variant& v : variants()) {
+      SECTION(std::string(c.name) + " " + v.name) {
+        R::Array a = random({4, 6}, dtypes::float32, c.lo, c.hi);
+        expect_close(c.t(v.t(to_tensor(a))), c.r(v.r(a)), c.rtol + 1e-7, c.rtol == 0 ? 0 : 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("NaN and inf propagate through elementwise math and reductions", "[ops]") {
+  R::Array a = random({2, 4}, dtypes::float32, -3, 3, true);
+  Tensor t = to_tensor(a);
+  expect_close(t.relu(), R::relu(a));
+  expect_close(t.abs(), R::abs(a));
+  expect_close(t.exp(), R::exp(a), 4e-6);
+  expect_close(t.maximum(t.zeros_like()), R::maximum(a, R::full({2, 4}, 0)));
+  expect_close(t.sum({1}), R::sum(a, {1}));
+  expect_close(t.max({1}), R::max(a, {1}));
+  expect_close(t.min({1}), R::min(a, {1}));
+  expect_close(t.argmax(1), R::argmax(a, 1));
+}
+
+TEST_CASE("binary ops broadcast and promote like PyTorch", "[ops]") {
+  struct Case {
+    const char* name;
+    std::function<Tensor(Tensor, Tensor)> t;
+    std::function<R::Array(R::Array, R::Array)> r;
+  };
+  std::vector<Case> cases = {
+      {"add", [](Tensor a, Tensor b) { return a + b; }, R::add},
+      {"sub", [](Tensor a, Tensor b) { return a - b; }, R::sub},
+      {"mul", [](Tensor a, Tensor b) { return a * b; }, R::mul},
+      {"div", [](Tensor a, Tensor b) { return a / b; }, R::div},
+      {"maximum", [](Tensor a, Tensor b) { return a.maximum(b); }, R::maximum},
+      {"minimum", [](Tensor a, Tensor b) { return a.minimum(b); }, R::minimum},
+      {"eq", [](Tensor a, Tensor b) { return a.eq(b); }, R::eq},
+      {"ne", [](Tensor a, Tensor b) { return a.ne(b); }, R::ne},
+      {"lt", [](Tensor a, Tensor b) { return a.lt(b); }, R::lt},
+      {"le", [](Tensor a, Tensor b) { return a.le(b); }, R::le},
+      {"gt", [](Tensor a, Tensor b) { return a.gt(b); }, R::gt},
+      {"ge", [](Tensor a, Tensor b) { return a.ge(b); }, R::ge},
+      {"logical_and", [](Tensor a, Tensor b) { return a.logical_and(b); }, R::logical_and},
+      {"logical_or", [](Tensor a, Tensor b) { return a.logical_or(b); }, R::logical_or},
+  };
+  std::vector<std::pair<DType, DType>> dtype_pairs = {
+      {dtypes::float32, dtypes::float32}, {dtypes::int32, dtypes::float32}, {dtypes::int32, dtypes::int64},
+      {dtypes::int8, dtypes::uint8},      {dtypes::float64, dtypes::float32}, {dtypes::bool_, dtypes::int32}};
+  for (const Case& c : cases)
+    for (auto [da, db] : dtype_pairs) {
+      SECTION(std::string(c.name) + " " + da.name() + " " + db.name()) {
+        R::Array a = random({3, 1}, da, -4, 4), b = random({1, 4}, db, -4, 4);
+        if (std::string(c.name) == "div") b = R::add(R::abs(b), R::scalar(1, db));  // no division by zero
+        expect_close(c.t(to_tensor(a), to_tensor(b)), c.r(a, b), 2e-7, 0);
+      }
+    }
+}
+
+TEST_CASE("integer bitwise ops and shifts", "[ops]") {
+  R::Array a = random({3, 4}, dtypes::int32, -100, 100), b = random({3, 4}, dtypes::int32, -100, 100);
+  Tensor ta = to_tensor(a), tb = to_tensor(b);
+  expect_close(ta.bitwise_and(tb), R::bitwise_and(a, b));
+  expect_close(ta.bitwise_or(tb), R::bitwise_or(a, b));
+  expect_close(ta.bitwise_xor(tb), R::bitwise_xor(a, b));
+  expect_close(ta.bitwise_not(), R::bitwise_not(a));
+  expect_close(ta.shl(3), R::shl(a, R::full({3, 4}, 3, dtypes::int32)));
+  expect_close(ta.shr(2), R::shr(a, R::full({3, 4}, 2, dtypes::int32)));
+  CHECK_THROWS_AS(to_tensor(random({2}, dtypes::float32)).bitwise_and(to_tensor(random({2}, dtypes::float32))), Error);
+}
+
+TEST_CASE("reductions over axes, negative axes and keepdim", "[ops]") {
+  R::Array f = random({3, 4, 5}, dtypes::float32);
+  R::Array i = random({3, 4, 5}, dtypes::int32, -10, 10);
+  Tensor tf = to_tensor(f), ti = to_tensor(i);
+  for (std::vector<int64_t> axes : std::vector<std::vector<int64_t>>{{0}, {-1}, {0, 2}, {}}) {
+    for (bool keep : {false, true}) {
+      SECTION(cat("axes ", axes.size(), axes.empty() ? 99 : axes[0], " keepdim ", keep)) {
+        expect_close(tf.sum(axes, keep), R::sum(f, axes, keep), 1e-5, 1e-5);
+        expect_close(ti.sum(axes, keep), R::sum(i, axes, keep));
+        expect_close(tf.max(axes, keep), R::max(f, axes, keep));
+        expect_close(ti.min(axes, keep), R::min(i, axes, keep));
+        expect_close(tf.mean(axes, keep), R::mean(f, axes, keep), 1e-5, 1e-6);
+        expect_close(tf.var(axes, keep), R::var(f, axes, 1, keep), 1e-5, 1e-6);
+        expect_close(tf.std(axes, keep), R::stddev(f, axes, 1, keep), 1e-5, 1e-6);
+        expect_close((tf * 0.5).prod(axes, keep), R::prod(R::mul(f, R::scalar(0.5)), axes, keep), 1e-5, 1e-7);
+        expect_close(tf.lt(tf.zeros_like()).any(axes, keep), R::any(R::lt(f, R::scalar(0)), axes, keep));
+        expect_close(tf.lt(tf.zeros_like()).all(axes, keep), R::all(R::lt(f, R::scalar(0)), axes, keep));
+        expect_close(tf.logsumexp(axes.empty() ? std::vector<int64_t>{0, 1, 2} : axes, keep), R::logsumexp(f, axes, keep), 1e-5, 1e-5);
+      }
+    }
+  }
+  expect_close(tf.argmax(1), R::argmax(f, 1));
+  expect_close(ti.argmin(-1, true), R::argmin(i, -1, true));
+  expect_close(tf.argmax(), R::argmax(f));
+  expect_close(tf.softmax(-1), R::softmax(f, -1), 1e-5, 1e-7);
+  expect_close(tf.log_softmax(1), R::log_softmax(f, 1), 1e-5, 1e-6);
+  expect_close(tf.cumsum(1), R::cumsum(f, 1), 1e-5, 1e-5);
+}
+
+TEST_CASE("movement ops", "[ops]") {
+  R::Array a = random({2, 3, 4}, dtypes::float32);
+  Tensor t = to_tensor(a);
+  expect_close(t.reshape({4, -1}), R::reshape(a, {4, -1}));
+  expect_close(t.permute({2, 0, 1}), R::permute(a, {2, 0, 1}));
+  expect_close(t.transpose(0, -1), R::transpose(a, 0, -1));
+  expect_close(t.slice(0, 0, 1).expand({3, 3, 4}), R::expand(R::slice(a, {{0, 1, 1}}), {3, 3, 4}));
+  expect_close(t.pad({{1, 1}, {0, 0}, {2, 0}}, 7.5), R::pad(a, {{1, 1}, {0, 0}, {2, 0}}, 7.5));
+  expect_close(t.shrink({{1, 2}, {0, 2}, {1, 4}}), R::shrink(a, {{1, 2}, {0, 2}, {1, 4}}));
+  expect_close(t.flip({0, 2}), R::flip(a, {0, 2}));
+  expect_close(t.unsqueeze(1).squeeze(1), a);
+  expect_close(t.flatten(1), R::flatten(a, 1));
+  expect_close(t.slice(2, -1, std::nullopt, -2), R::slice(a, {{}, {}, {-1, std::nullopt, -2}}));
+  expect_close(t.slice(1, -5, 10), R::slice(a, {{}, {-5, 10, 1}}));
+  expect_close(Tensor::cat({t, t * 2.0}, 1), R::cat({a, R::mul(a, R::scalar(2))}, 1));
+  expect_close(Tensor::stack({t, t}, -1), R::stack({a, a}, -1));
+  auto parts = t.split({1, 3}, 2);
+  auto rparts = R::split_sizes(a, {1, 3}, 2);
+  expect_close(parts[1], rparts[1]);
+  auto chunks = t.chunk(2, 1);
+  auto rchunks = R::chunk(a, 2, 1);
+  REQUIRE(chunks.size() == rchunks.size());
+  expect_close(chunks.back(), rchunks.back());
+  expect_close(t.repeat({2, 1, 1, 2}), R::repeat(a, {2, 1, 1, 2}));
+  R::Array idx = R::array({2, 3, 2}, {0, 3, 1, 1, 2, 0, 3, 3, 0, 0, 1, 2}, dtypes::int64);
+  expect_close(t.gather(2, to_tensor(idx)), R::gather(a, 2, idx));
+}
+
+TEST_CASE("size-0 and size-1 axes", "[ops]") {
+  R::Array empty = random({0, 3}, dtypes::float32), one = random({1, 3}, dtypes::float32);
+  expect_close(to_tensor(empty).sum({0}), R::sum(empty, {0}));
+  expect_close((to_tensor(empty) * 2.0).reshape({3, 0}), R::reshape(R::mul(empty, R::scalar(2)), {3, 0}));
+  expect_close(to_tensor(one).sum({0}), R::sum(one, {0}));
+  expect_close(to_tensor(one).expand({4, 3}) + 1.0, R::add(R::expand(one, {4, 3}), R::scalar(1)));
+}
+
+TEST_CASE("matmul, conv2d and pooling", "[ops]") {
+  R::Array a = random({2, 3, 5}, dtypes::float32), b = random({5, 4}, dtypes::float32), v = random({5}, dtypes::float32);
+  expect_close(to_tensor(a).matmul(to_tensor(b)), R::matmul(a, b), 1e-5, 1e-5);
+  expect_close(to_tensor(v).matmul(to_tensor(b)), R::matmul(v, b), 1e-5, 1e-5);
+  expect_close(to_tensor(a).matmul(to_tensor(v)), R::matmul(a, v), 1e-5, 1e-5);
+  R::Array x = random({2, 4, 7, 6}, dtypes::float32), w = random({6, 2, 3, 2}, dtypes::float32), bias = random({6}, dtypes::float32);
+  expect_close(to_tensor(x).conv2d(to_tensor(w), to_tensor(bias), {2, 1}, {1, 1}, {1, 2}, 2),
+               R::conv2d(x, w, bias, {2, 1}, {1, 1}, {1, 2}, 2), 1e-5, 1e-5);
+  R::Array w1 = random({3, 4, 3, 3}, dtypes::float32);
+  expect_close(to_tensor(x).conv2d(to_tensor(w1), std::nullopt, {1, 1}, {1, 1}), R::conv2d(x, w1, std::nullopt, {1, 1}, {1, 1}), 1e-5, 1e-5);
+  expect_close(to_tensor(x).max_pool2d({2, 2}), R::max_pool2d(x, {2, 2}));
+  expect_close(to_tensor(x).max_pool2d({3, 3}, std::array<int64_t, 2>{2, 2}, {1, 1}), R::max_pool2d(x, {3, 3}, R::Pair{2, 2}, {1, 1}));
+  expect_close(to_tensor(x).avg_pool2d({2, 3}, std::array<int64_t, 2>{1, 2}, {1, 1}), R::avg_pool2d(x, {2, 3}, R::Pair{1, 2}, {1, 1}), 1e-6, 1e-6);
+}
+
+TEST_CASE("creation ops", "[ops]") {
+  expect_close(Tensor::arange(6), R::arange(6, dtypes::int32));
+  expect_close(Tensor::eye(3), R::array({3, 3}, {1, 0, 0, 0, 1, 0, 0, 0, 1}));
+  expect_close(Tensor::linspace(0, 1, 5), R::array({5}, {0, 0.25, 0.5, 0.75, 1}));
+  expect_close(Tensor::arange(1.0, 2.0, 0.25), R::array({4}, {1, 1.25, 1.5, 1.75}));
+  expect_close(Tensor::full({2, 2}, 3, dtypes::int8), R::full({2, 2}, 3, dtypes::int8));
+}
+
+TEST_CASE("random numbers: deterministic per seed, uniform and normal moments", "[ops]") {
+  Tensor::manual_seed(42);
+  std::vector<float> first = Tensor::rand({10000}).to_vector<float>();
+  Tensor::manual_seed(42);
+  std::vector<float> again = Tensor::rand({10000}).to_vector<float>();
+  CHECK(first == again);
+  double mean = 0, sq = 0;
+  for (float x : first) {
+    REQUIRE(x >= 0.0f);
+    REQUIRE(x < 1.0f);
+    mean += x;
+    sq += x * x;
+  }
+  mean /= 10000;
+  CHECK(std::abs(mean - 0.5) < 0.01);                  // 5 sigma is ~0.014
+  CHECK(std::abs(sq / 10000 - mean * mean - 1.0 / 12) < 0.005);
+  std::vector<float> n = Tensor::randn({20000}).to_vector<float>();
+  double m = 0, s = 0;
+  for (float x : n) m += x;
+  m /= 20000;
+  for (float x : n) s += (x - m) * (x - m);
+  CHECK(std::abs(m) < 0.04);
+  CHECK(std::abs(s / 20000 - 1.0) < 0.05);
+  std::vector<int32_t> r = Tensor::randint(-3, 4, {5000}).to_vector<int32_t>();
+  for (int32_t x : r) REQUIRE((x >= -3 && x < 4));
+}
+
+TEST_CASE("bad input throws kiln::Error naming the op and the shapes", "[ops][errors]") {
+  Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4});
+  CHECK_THROWS_WITH(a + b, Catch::Contains("add") && Catch::Contains("(2, 3)") && Catch::Contains("(4,)"));
+  CHECK_THROWS_WITH(a.sum({2}), Catch::Contains("sum") && Catch::Contains("axis 2"));
+  CHECK_THROWS_WITH(a.reshape({4, 2}), Catch::Contains("reshape") && Catch::Contains("(2, 3)") && Catch::Contains("(4, 2)"));
+  CHECK_THROWS_WITH(a.shrink({{0, 3}, {0, 3}}), Catch::Contains("shrink") && Catch::Contains("axis 0"));
+  CHECK_THROWS_WITH(a.slice(0, 0, 1, 0), Catch::Contains("step"));
+  CHECK_THROWS_WITH(a.bitcast(dtypes::int8), Catch::Contains("bitcast"));
+  CHECK_THROWS_WITH(a.matmul(a), Catch::Contains("matmul") && Catch::Contains("(2, 3)"));
+  CHECK_THROWS_WITH(Tensor::zeros({2}, dtypes::float32, "NOPE"), Catch::Contains("NOPE"));
+  CHECK_THROWS_WITH(a.to_vector<int32_t>(), Catch::Contains("float32") && Catch::Contains("int32"));
+}

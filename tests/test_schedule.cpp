@@ -1,0 +1,67 @@
+// Kernel counts for known graphs: the fusion rules of schedule/schedule.cpp, held to their word.
+#include "frontend/tensor.h"
+#include "helpers.h"
+
+using namespace kiln;
+
+namespace {
+size_t kernels(const std::vector<Tensor>& outs) {
+  size_t n = 0;
+  for (const ScheduleItem& item : Tensor::schedule(outs).items) n += item.kind == ScheduleItem::Kind::Kernel;
+  return n;
+}
+Tensor rand_like_shape(Shape s) {
+  std::vector<float> v(static_cast<size_t>(numel(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7919) % 13) - 6.0f;
+  return Tensor::from_vector(v, s);
+}
+}  // namespace
+
+TEST_CASE("relu(a*b+c) is one kernel", "[schedule]") {
+  Tensor a = rand_like_shape({64, 64}), b = rand_like_shape({64, 64}), c = rand_like_shape({64, 64});
+  CHECK(kernels({(a * b + c).relu()}) == 1);
+}
+
+TEST_CASE("a reduce with elementwise input and output is one kernel", "[schedule]") {
+  Tensor a = rand_like_shape({32, 16});
+  CHECK(kernels({((a * 2.0).exp().sum({1}) + 1.0).sqrt()}) == 1);
+}
+
+TEST_CASE("a chain of 50 elementwise ops is one kernel", "[schedule]") {
+  Tensor x = rand_like_shape({128});
+  Tensor y = x;
+  for (int i = 0; i < 50; ++i) y = (i % 2 == 0) ? y * 1.01 : y + 0.5;
+  CHECK(kernels({y}) == 1);
+}
+
+TEST_CASE("a view of a view is no kernel at all", "[schedule]") {
+  Tensor a = rand_like_shape({4, 6}).realize();
+  Tensor v = a.permute({1, 0}).reshape({3, 8}).shrink({{0, 2}, {0, 8}}).flip({1});
+  CHECK(Tensor::schedule({a.reshape({24})}).items.size() == 1);  // realizing a view copies it...
+  Schedule s = Tensor::schedule({v + 1.0});                     // ...but reading through views costs nothing:
+  CHECK(s.items.size() == 1);                                     // one kernel for the add, none for the views
+}
+
+TEST_CASE("a reduce broadcast back is stored: softmax is two reduce kernels and one elementwise", "[schedule]") {
+  Tensor a = rand_like_shape({8, 32});
+  CHECK(kernels({a.softmax(1)}) == 3);
+}
+
+TEST_CASE("matmul is one kernel", "[schedule]") {
+  Tensor a = rand_like_shape({16, 8}), b = rand_like_shape({8, 4});
+  CHECK(kernels({a.matmul(b)}) == 1);
+}
+
+TEST_CASE("a reduce of a reduce stores the inner one", "[schedule]") {
+  Tensor a = rand_like_shape({8, 32});
+  CHECK(kernels({a.sum({1}).sum({0})}) == 2);
+  CHECK(a.sum({1}).sum({0}).to_vector<float>()[0] == Approx(a.sum().to_vector<float>()[0]));
+}
+
+TEST_CASE("intermediate buffers are freed after their last reader", "[schedule]") {
+  Tensor a = rand_like_shape({8, 32});
+  Schedule s = Tensor::schedule({a.softmax(1)});
+  size_t freed = 0;
+  for (const auto& list : s.free_after) freed += list.size();
+  CHECK(freed == 2);  // the max and the sum; the output is kept
+}

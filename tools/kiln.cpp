@@ -1,0 +1,160 @@
+// kiln: the command line.
+//
+//   kiln devices                  every registered device: available or why not, and its spec
+//   kiln --device CPU devices     global flags override the KILN_* environment (see `kiln --help`)
+//
+// A command is one entry in commands(): its name, its help line, and a function that adds its options to
+// its CLI11 subcommand and returns what to run once the command line is parsed and the global flags are
+// applied. Exit status: 0 success, 1 a kiln error ("kiln: error: ..." on stderr), 2 a bad command line.
+#include <CLI/CLI.hpp>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "devices/device.h"
+#include "uop/config.h"
+#include "uop/error.h"
+
+namespace kiln {
+namespace {
+
+using Run = std::function<void()>;
+
+struct Command {
+  const char* name;
+  const char* help;
+  Run (*setup)(CLI::App& command);  // adds the command's options; the returned Run may read them
+};
+
+const char* language_name(Language lang) {
+  switch (lang) {
+    case Language::C: return "C";
+    case Language::OpenCL: return "OpenCL C";
+    case Language::CUDA: return "CUDA C";
+    case Language::SPIRV: return "SPIR-V";
+    case Language::UOps: return "linear UOps";
+  }
+  return "?";
+}
+
+std::string dims_text(const std::array<int64_t, 3>& dims) {
+  auto one = [](int64_t d) { return d == INT64_MAX ? std::string("any") : std::to_string(d); };
+  return cat(one(dims[0]), " x ", one(dims[1]), " x ", one(dims[2]));
+}
+
+std::string bytes_text(int64_t bytes) {
+  if (bytes == INT64_MAX) return "no limit";
+  if (bytes == 0) return "none";
+  if (bytes >= (int64_t(1) << 30)) return cat(bytes >> 30, " GiB");
+  if (bytes >= (int64_t(1) << 10)) return cat(bytes >> 10, " KiB");
+  return cat(bytes, " bytes");
+}
+
+void print_spec(const DeviceSpec& spec) {
+  auto field = [](const char* name, const std::string& value) {
+    std::cout << "    " << name << std::string(18 - std::string(name).size(), ' ') << value << '\n';
+  };
+  field("arch", spec.arch);
+  field("compiler", spec.compiler);
+  field("language", language_name(spec.lang));
+  field("threads", std::to_string(spec.threads));
+  field("max global dims", dims_text(spec.max_global_dims));
+  field("max local", spec.max_local == 0 ? "no local dims" : cat(spec.max_local, " (", dims_text(spec.max_local_dims), ")"));
+  field("shared memory", bytes_text(spec.shared_bytes));
+  field("max buffer", bytes_text(spec.max_buffer_bytes));
+  field("float16 / float64", cat(spec.has_fp16 ? "yes" : "no", " / ", spec.has_fp64 ? "yes" : "no"));
+}
+
+Run setup_devices(CLI::App&) {
+  return [] {
+    for (const DeviceStatus& status : probe_devices()) {
+      if (!status.available) {
+        std::cout << status.name << "  not available: " << status.reason << '\n';
+        continue;
+      }
+      std::cout << status.name << "  available\n";
+      print_spec(get_device(status.name).spec());
+    }
+    std::string chosen = default_device_name();  // throws for an unknown KILN_DEVICE, naming the registered ones
+    std::cout << "default device: " << chosen << " (KILN_DEVICE or --device to change)\n";
+  };
+}
+
+// bench, train, search and cache join this table as they are written.
+const std::vector<Command>& commands() {
+  static const std::vector<Command> list = {
+      {"devices", "List every registered device: available or why not, and its spec", setup_devices},
+  };
+  return list;
+}
+
+// A global flag is a config knob: the knob's own parser reads it, so it accepts exactly what the
+// environment variable does, and its errors name the flag.
+struct GlobalFlag {
+  const char* flag;
+  const char* knob;  // KnobInfo::name
+  const char* value_name;
+  const char* help;
+};
+
+const GlobalFlag kGlobalFlags[] = {
+    {"--debug", "debug", "N", "debug output level 0..6; overrides KILN_DEBUG"},
+    {"--device", "device", "NAME", "default device, e.g. CPU; overrides KILN_DEVICE"},
+};
+
+void apply_flag(const GlobalFlag& flag, const std::string& value) {
+  for (const KnobInfo& knob : Config::knobs())
+    if (std::string_view(knob.name) == flag.knob) return knob.parse(config(), flag.flag, value);
+  KILN_ASSERT(false, "the flag ", flag.flag, " names a config knob that exists: ", flag.knob);
+}
+
+int run(int argc, char** argv) {
+  CLI::App app("kiln: a small tensor compiler and runtime", "kiln");
+  app.set_version_flag("--version", "kiln " KILN_VERSION);
+  app.fallthrough();  // global flags are accepted after the command too: `kiln devices --debug 1`
+  app.footer([] { return "Environment (flags override):\n" + config().describe(); });
+
+  std::vector<std::pair<const GlobalFlag*, CLI::Option*>> flags;
+  std::vector<std::string> flag_values(std::size(kGlobalFlags));
+  for (size_t i = 0; i < std::size(kGlobalFlags); ++i) {
+    const GlobalFlag& flag = kGlobalFlags[i];
+    flags.emplace_back(&flag, app.add_option(flag.flag, flag_values[i], flag.help)->type_name(flag.value_name));
+  }
+
+  std::vector<std::pair<CLI::App*, Run>> runs;
+  for (const Command& command : commands()) {
+    CLI::App* sub = app.add_subcommand(command.name, command.help);
+    runs.emplace_back(sub, command.setup(*sub));
+  }
+
+  try {
+    app.parse(argc, argv);
+    // Checked here rather than with require_subcommand(), which would answer `kiln typo` with "a
+    // subcommand is required" instead of naming the word it did not expect.
+    if (app.get_subcommands().empty()) throw CLI::RequiredError("A command");
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help, the version, or the error and a hint
+    return code == 0 ? 0 : 2;
+  }
+  for (size_t i = 0; i < flags.size(); ++i)
+    if (flags[i].second->count() > 0) apply_flag(*flags[i].first, flag_values[i]);
+  for (auto& [sub, run_command] : runs)
+    if (sub->parsed()) run_command();
+  return 0;
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) {
+  try {
+    return kiln::run(argc, argv);
+  } catch (const std::exception& e) {  // kiln::Error and anything else: a message, never a crash
+    std::cerr << "kiln: error: " << e.what() << '\n';
+    return 1;
+  }
+}
