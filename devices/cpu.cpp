@@ -29,8 +29,9 @@
 namespace kiln {
 namespace {
 
-// No -ffast-math: NaN and inf must propagate. -fno-math-errno lets sqrt and friends inline.
-const std::vector<std::string> kCompileFlags = {"-O2", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
+// No -ffast-math: NaN and inf must propagate. -fno-math-errno lets sqrt and friends inline. -fwrapv:
+// kiln's integers wrap (uop/ops.h), which C leaves undefined for signed types.
+const std::vector<std::string> kCompileFlags = {"-O2", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv",
                                                 "-fno-plt"};
 
 // Buffers this large come from mmap with transparent huge pages: first touch of 4 KiB pages is very
@@ -272,10 +273,6 @@ class CpuProgram : public Program {
   int threads_;
 };
 
-std::string describe_size(size_t bytes) {
-  return bytes >= (size_t(1) << 30) ? cat(bytes, " bytes (", bytes >> 30, " GiB)") : cat(bytes, " bytes");
-}
-
 class CpuDevice : public Device {
  public:
   explicit CpuDevice(const Toolchain& tc) : tc_(tc) {
@@ -394,12 +391,12 @@ std::unique_ptr<Program> CpuDevice::load(const Binary& binary) {
 
 RawBuffer CpuDevice::alloc_raw(size_t bytes) {
   if (bytes > size_t(spec_.max_buffer_bytes))
-    throw OutOfMemory(cat("more than this machine's ", describe_size(size_t(spec_.max_buffer_bytes)), " of memory"));
+    throw OutOfMemory(cat("larger than this machine's memory, ", spec_.max_buffer_bytes, " bytes"));
   if (bytes >= kHugePage) {
     // Over-map by one huge page, then trim, so the buffer starts on a 2 MiB boundary where THP can back it.
     size_t length = round_up(bytes, kHugePage);
     void* base = mmap(nullptr, length + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) throw OutOfMemory(cat("mmap of ", describe_size(bytes), ": ", std::strerror(errno)));
+    if (base == MAP_FAILED) throw OutOfMemory(cat("mmap failed: ", std::strerror(errno)));
     auto begin = reinterpret_cast<uintptr_t>(base), start = round_up(begin, kHugePage);
     if (start > begin) munmap(base, start - begin);
     munmap(reinterpret_cast<void*>(start + length), begin + kHugePage - start);  // never empty: start < begin + 2 MiB
@@ -408,7 +405,7 @@ RawBuffer CpuDevice::alloc_raw(size_t bytes) {
   }
   // aligned_alloc wants a multiple of the alignment; 64 bytes is one cache line and one AVX-512 vector.
   void* p = std::aligned_alloc(64, round_up(std::max<size_t>(bytes, 1), 64));
-  if (!p) throw OutOfMemory(cat("aligned_alloc of ", describe_size(bytes), " failed"));
+  if (!p) throw OutOfMemory("aligned_alloc failed");
   return RawBuffer{p, bytes};
 }
 

@@ -20,7 +20,7 @@
 // thread handoff, and the lowering launches that way for kernels too small to be worth splitting.
 // Calls for different chunks run concurrently and must not write the same memory.
 //
-// Sources are compiled with -O2 -march=native -fPIC -shared -fno-math-errno -fno-plt, without
+// Sources are compiled with -O2 -march=native -fPIC -shared -fno-math-errno -fwrapv -fno-plt, without
 // -ffast-math, so NaN and inf propagate as IEEE says. libm is linked.
 #pragma once
 #include <cstddef>

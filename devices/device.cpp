@@ -16,8 +16,12 @@ std::string number_lines(const std::string& source) {
 }
 
 std::string describe_bytes(size_t bytes) {
-  double mib = double(bytes) / double(1 << 20);
-  return mib < 1 ? cat(bytes, " bytes") : cat(bytes, " bytes (", std::fixed, std::setprecision(1), mib, " MiB)");
+  auto in = [&](int shift, const char* unit) {
+    return cat(bytes, " bytes (", std::fixed, std::setprecision(1), double(bytes) / double(size_t(1) << shift), " ", unit, ")");
+  };
+  if (bytes >= (size_t(1) << 30)) return in(30, "GiB");
+  if (bytes >= (size_t(1) << 20)) return in(20, "MiB");
+  return cat(bytes, " bytes");
 }
 
 }  // namespace

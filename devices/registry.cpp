@@ -1,6 +1,7 @@
 // The device registry: the list generated from KILN_DEVICES in devices/CMakeLists.txt, each device
 // opened at most once per process.
 #include <cctype>
+#include <iostream>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -66,6 +67,13 @@ Slot& open(size_t i) {
       slot.device = kEntries[i].make();
     } catch (const std::exception& e) {  // the reason is reported by every later get_device
       slot.reason = e.what();
+    }
+    if (config().debug < 1) return;
+    if (slot.device) {
+      const DeviceSpec& spec = slot.device->spec();
+      std::cerr << "kiln: opened device " << spec.name << " (" << spec.arch << "; " << spec.compiler << ")\n";
+    } else {
+      std::cerr << "kiln: device " << kEntries[i].name << " is not available: " << slot.reason << "\n";
     }
   });
   return slot;

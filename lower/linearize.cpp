@@ -91,7 +91,11 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
     UOpPtr acc = UOp::make(Op::DEFINE_REG, r->dtype, reg_src, m.context<Ctx>().next_reg++);
     // The update lists the reduce ranges too: it must run once per iteration even when the value does
     // not depend on them (a sum of a loop-invariant value is n times it).
-    std::vector<UOpPtr> update_src{acc, UOp::make(op, r->dtype, {acc, value})};
+    // Reads of the accumulator inside the loop list the loop's ranges, so they are never hoisted out.
+    std::vector<UOpPtr> read_src{acc};
+    read_src.insert(read_src.end(), reduce_ranges.begin(), reduce_ranges.end());
+    UOpPtr current = UOp::make(Op::LOAD, r->dtype, read_src);
+    std::vector<UOpPtr> update_src{acc, UOp::make(op, r->dtype, {current, value})};
     update_src.insert(update_src.end(), reduce_ranges.begin(), reduce_ranges.end());
     UOpPtr update = UOp::make(Op::ASSIGN, r->dtype, update_src);
     std::vector<UOpPtr> end_src{update};

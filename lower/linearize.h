@@ -1,6 +1,7 @@
 // Lowering passes that give a kernel its loop structure, and the linearizer.
 //
-//   UOpPtr k = lower_reduces(ast);   // REDUCE(v, r...) -> DEFINE_REG, ASSIGN in the loop, LOAD after END
+//   UOpPtr k = lower_reduces(ast);   // REDUCE(v, r...) -> DEFINE_REG; in the loop LOAD(acc, r...) and
+//                                    // ASSIGN(acc, acc op v, r...); after it LOAD(acc, END)
 //   k = close_loops(k);              // SINK(STORE) -> SINK(END(STORE, ranges...))
 //   std::vector<UOpPtr> program = linearize(k);
 //

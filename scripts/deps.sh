@@ -11,9 +11,12 @@ PACKAGES="
 cmake ninja-build g++
 catch2
 nlohmann-json3-dev
+libcli11-dev
+clang
 "
 # cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
-# (tuning cache, safetensors headers).
+# (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
+# device's kernel compiler (gcc works too, but does not vectorize at -O2).
 
 missing=""
 for pkg in $PACKAGES; do

@@ -319,7 +319,7 @@ TEST_CASE("cpu: concurrent compiles of one source all get a working binary", "[d
   TempDir dir;
   CacheDirOverride use(dir.path);
   std::string source = unique_source(kVarsSource);
-  std::vector<Binary> binaries(4);
+  std::vector<Binary> binaries(3);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < binaries.size(); ++i)
     threads.emplace_back([&, i] { binaries[i] = cpu().compile(source, "affine"); });
