@@ -172,8 +172,23 @@ Tensor Tensor::reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char
   if ((op == Op::ADD || op == Op::MUL) && !is_float(dtype())) x = cast(dtypes::int64);
   if (numel() == 0 && op != Op::ADD && op != Op::MUL)
     throw Error(kiln::cat(name, ": cannot reduce an empty tensor of shape ", shape_str(shape()), " (no identity for ", name, ")"));
-  Tensor out(UOp::make(Op::REDUCE_AXIS, x.dtype(), {x.uop()}, ReduceArg{op, axes}), kept);
+  Tensor out = kiln::numel(kept) == 1 && numel() >= kSplitReduceAbove
+                   ? x.split_reduce(op).reshape(kept)
+                   : Tensor(UOp::make(Op::REDUCE_AXIS, x.dtype(), {x.uop()}, ReduceArg{op, axes}), kept);
   return keepdim ? out : out.reshape(dropped);
+}
+
+// A reduction of everything to one value has no output loop to spread over the cores, so a big one
+// is done in two steps: kSplitReduceParts partial results in parallel, then a small reduce of those.
+// The input is padded to a multiple with the op's identity.
+Tensor Tensor::split_reduce(Op op) const {
+  int64_t n = numel(), parts = kSplitReduceParts, per = (n + parts - 1) / parts;
+  double identity = op == Op::ADD ? 0.0 : op == Op::MUL ? 1.0 : op == Op::MAX ? -INFINITY : INFINITY;
+  if (!is_float(dtype()) && (op == Op::MAX || op == Op::MIN))
+    identity = as_double(op == Op::MAX ? lowest(dtype()) : highest(dtype()));
+  Tensor flat = reshape({n}).pad({{0, parts * per - n}}, identity).reshape({parts, per});
+  Tensor partial(UOp::make(Op::REDUCE_AXIS, dtype(), {flat.uop()}, ReduceArg{op, {1}}), {parts, 1});
+  return Tensor(UOp::make(Op::REDUCE_AXIS, dtype(), {partial.uop()}, ReduceArg{op, {0}}), {1, 1});
 }
 
 Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::ADD, std::move(axes), keepdim, "sum"); }

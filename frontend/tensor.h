@@ -179,6 +179,8 @@ class Tensor {
   Tensor binary(Op op, const Tensor& other, const char* name) const;
   Tensor scalar_like(double s) const;
   Tensor reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
+  Tensor split_reduce(Op op) const;
+  static constexpr int64_t kSplitReduceAbove = 1 << 16, kSplitReduceParts = 256;
   std::vector<int64_t> normalize_axes(std::vector<int64_t> axes, const char* name) const;
   void copy_out(void* dst, DType want);
   friend void realize_all(std::vector<Tensor>& tensors);

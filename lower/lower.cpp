@@ -7,6 +7,7 @@
 #include "lower/renderers/cstyle.h"
 #include "uop/config.h"
 #include "uop/rewrite.h"
+#include "uop/serialize.h"
 #include "uop/symbolic.h"
 
 namespace kiln {
@@ -67,8 +68,12 @@ LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec) {
   }
   if (config().debug >= 6)
     for (size_t i = 0; i < k.linear.size(); ++i) std::cerr << i << ": " << op_name(k.linear[i]->op) << " " << str(k.linear[i]) << "\n";
-  KILN_ASSERT(spec.lang == Language::C, "only the C renderer exists so far; ", spec.name, " needs its own");
-  k.source = render_cstyle(c_language(), k.name, k.linear, k.num_buffers, k.vars);
+  if (spec.lang == Language::UOps) {
+    k.source = serialize_program(k.linear);  // the REF device interprets the linear program itself
+  } else {
+    KILN_ASSERT(spec.lang == Language::C, "no renderer for ", spec.name, "'s language yet");
+    k.source = render_cstyle(c_language(), k.name, k.linear, k.num_buffers, k.vars);
+  }
   if (config().debug >= 4) std::cerr << k.source << "\n";
   return k;
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace kiln {
 
@@ -11,7 +12,12 @@ const CStyleLanguage& c_language() {
   static const CStyleLanguage lang = [] {
     CStyleLanguage c;
     c.name = "C";
-    c.preamble = "#include <stdint.h>\n#include <stdbool.h>\n#include <math.h>\n#include <string.h>\n";
+    c.preamble =
+        "#include <stdint.h>\n#include <stdbool.h>\n#include <math.h>\n#include <string.h>\n"
+        // A reduction's order is unspecified (uop/ops.h), so its float additions may be reassociated:
+        // clang then vectorizes the loop. Only the accumulator update is marked, nothing else.
+        "#if defined(__clang__)\n#define KILN_REASSOC _Pragma(\"clang fp reassociate(on)\")\n#else\n#define KILN_REASSOC\n#endif\n";
+    c.reassociate = "KILN_REASSOC ";
     // The CPU ABI: the runtime calls the kernel on chunks [gid_begin, gid_end) of launch dimension 0.
     c.kernel_open =
         "void %s(void* const* bufs, const int64_t* vars, int64_t gid_begin, int64_t gid_end) {\n";
@@ -104,6 +110,7 @@ class Renderer {
     bool threaded = false;
     for (const UOpPtr& u : linear) {
       if (u->op == Op::SPECIAL) threaded = true;
+      if (u->op == Op::ASSIGN) updates_.insert(u->src[1].get());  // rendered inside the ASSIGN
     }
     if (threaded) depth = 2;
     for (const UOpPtr& u : linear) {
@@ -206,12 +213,21 @@ class Renderer {
         std::string acc = names_[u.get()] = "acc" + std::to_string(u->arg_as<int64_t>());
         return c_type(u->dtype) + " " + acc + " = " + name(u->src[0]) + ";";
       }
-      case Op::ASSIGN: return name(u->src[0]) + " = " + name(u->src[1]) + ";";
+      case Op::ASSIGN: {
+        const UOpPtr& update = u->src[1];
+        bool reassociate = !lang_.reassociate.empty() && is_float(u->dtype) && (update->op == Op::ADD || update->op == Op::MUL);
+        std::string assign = name(u->src[0]) + " = " + name(update) + ";";
+        return reassociate ? "{ " + lang_.reassociate + assign + " }" : assign;
+      }
       case Op::BITCAST: {
         std::string v = fresh("cast", u);
         return c_type(u->dtype) + " " + v + "; memcpy(&" + v + ", &" + name(u->src[0]) + ", sizeof(" + v + "));";
       }
       default: break;
+    }
+    if (updates_.count(u.get())) {  // an accumulator update: its expression goes into the ASSIGN
+      names_[u.get()] = expr(u);
+      return "";
     }
     if (is_alu(u->op) || u->op == Op::CAST) {
       std::string v = fresh("alu", u);
@@ -222,6 +238,7 @@ class Renderer {
 
   const CStyleLanguage& lang_;
   std::unordered_map<const UOp*, std::string> names_;
+  std::unordered_set<const UOp*> updates_;
   int counter_ = 0;
 };
 

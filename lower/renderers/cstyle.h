@@ -23,6 +23,9 @@ struct CStyleLanguage {
   std::string var_decl;           // printf-style: %d index (declares var<index> from the launch's vars)
   std::string float_suffix = "f"; // float32 literals
   bool fmath_suffix = true;       // sqrtf/exp2f... for float32
+  // Put at the start of a block holding a float accumulator update, to let the compiler reassociate
+  // that one addition (and so vectorize the reduction); empty where there is no such thing.
+  std::string reassociate;
 };
 
 const CStyleLanguage& c_language();  // the CPU device's ABI (devices/cpu.h)

@@ -1,0 +1,25 @@
+// kiln bench: times kiln on fixed workloads beside references measured in the same run.
+//
+//   kiln bench                  the full run (under 2 minutes here)
+//   kiln bench --quick          fewer runs and a smaller matmul (under 20 s here)
+//   kiln bench --json           the same figures as JSON on stdout
+//   kiln --device CPU bench     on a chosen device
+//
+// Figures are measured, never asserted: the targets are printed beside them as met or MISSED.
+#pragma once
+
+namespace kiln {
+
+struct BenchOptions {
+  bool quick = false;
+  bool json = false;
+};
+
+// What `kiln bench --help` says beyond its options.
+extern const char* const kBenchHelp;
+
+// Runs every workload and prints the report to stdout. Throws Error after printing when kiln failed a
+// workload or its output did not match the reference's (MISMATCH), and when the references cannot be built.
+void run_bench(const BenchOptions& options);
+
+}  // namespace kiln

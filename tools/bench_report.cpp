@@ -1,0 +1,133 @@
+#include "bench_report.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "uop/error.h"
+
+namespace kiln {
+namespace {
+
+// Three significant digits without an exponent: 431, 61.2, 4.07, 0.283.
+std::string number(double v) {
+  char text[32];
+  const char* format = std::fabs(v) >= 100 ? "%.0f" : std::fabs(v) >= 10 ? "%.1f" : std::fabs(v) >= 1 ? "%.2f" : "%.3g";
+  std::snprintf(text, sizeof text, format, v);
+  return text;
+}
+
+std::string percent(double p) {
+  char text[32];
+  std::snprintf(text, sizeof text, p >= 10 ? "%.0f%%" : "%.2g%%", p);
+  return text;
+}
+
+std::string figure_text(const Figure& f, const std::string& unit) {
+  return cat(number(f.median), " ", unit, " [", number(f.low), "..", number(f.high), "]");
+}
+
+std::optional<bool> target_met(const BenchResult& r) {
+  if (!r.kiln) return std::nullopt;
+  if (r.target_value) return r.higher_is_better ? r.kiln->median >= *r.target_value : r.kiln->median < *r.target_value;
+  std::optional<double> p = percent_of_reference(r);
+  if (r.target_percent && p) return *p >= *r.target_percent;
+  return std::nullopt;
+}
+
+std::string verdict(const std::optional<bool>& met) {
+  if (!met) return "";
+  return *met ? ": met" : ": MISSED";
+}
+
+// "(62% of reference: C/OpenMP 58.1 GB/s [50.2..60.0]; target >= 80%: MISSED)", or what stands for it.
+std::string comparison_text(const BenchResult& r) {
+  std::vector<std::string> parts;
+  if (std::optional<double> p = percent_of_reference(r))
+    parts.push_back(cat(percent(*p), " of reference: ", r.reference_name, " ", figure_text(*r.reference, r.unit)));
+  else if (!r.no_reference.empty())
+    parts.push_back(r.no_reference);
+  if (r.target_percent && r.reference)
+    parts.push_back(cat("target >= ", percent(*r.target_percent), verdict(target_met(r))));
+  if (r.target_value)
+    parts.push_back(cat("target ", r.higher_is_better ? ">= " : "< ", number(*r.target_value), " ", r.unit, verdict(target_met(r))));
+  std::string text;
+  for (const std::string& part : parts) text += (text.empty() ? "(" : "; ") + part;
+  return text.empty() ? text : text + ")";
+}
+
+std::string padded(std::string text, size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+std::string result_line(const BenchResult& r) {
+  std::string line = padded(cat(r.name, "  ", r.size), 40);
+  if (!r.kiln) return line + "FAILED: " + r.failure;
+  line += padded(figure_text(*r.kiln, r.unit), 32) + comparison_text(r);
+  if (r.check) line += r.check->ok ? cat("  output ok (", r.check->detail, ")") : cat("  MISMATCH: ", r.check->detail);
+  for (const std::string& note : r.notes) line += cat("  [", note, "]");
+  return line;
+}
+
+nlohmann::json figure_json(const Figure& f) { return {{"median", f.median}, {"min", f.low}, {"max", f.high}}; }
+
+template <typename T>
+nlohmann::json or_null(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json result_json(const BenchResult& r) {
+  nlohmann::json j = {{"name", r.name}, {"size", r.size}, {"unit", r.unit}, {"higher_is_better", r.higher_is_better},
+                      {"runs", r.runs}, {"notes", r.notes}};
+  j["kiln"] = r.kiln ? figure_json(*r.kiln) : nlohmann::json(nullptr);
+  if (!r.failure.empty()) j["failure"] = r.failure;
+  if (r.reference) {
+    j["reference"] = figure_json(*r.reference);
+    j["reference"]["name"] = r.reference_name;
+  } else {
+    j["reference"] = nullptr;
+  }
+  if (!r.no_reference.empty()) j["no_reference"] = r.no_reference;
+  j["percent_of_reference"] = or_null(percent_of_reference(r));
+  if (r.target_percent) j["target"] = {{"percent_of_reference", *r.target_percent}};
+  if (r.target_value) j["target"] = {{r.higher_is_better ? "at_least" : "below", *r.target_value}, {"unit", r.unit}};
+  j["target_met"] = or_null(target_met(r));
+  if (r.check) j["check"] = {{"ok", r.check->ok}, {"detail", r.check->detail}};
+  return j;
+}
+
+}  // namespace
+
+size_t BenchReport::failures() const {
+  size_t n = 0;
+  for (const BenchResult& r : results) n += (!r.kiln || (r.check && !r.check->ok)) ? 1 : 0;
+  return n;
+}
+
+std::optional<double> percent_of_reference(const BenchResult& r) {
+  if (!r.kiln || !r.reference || r.reference->median <= 0) return std::nullopt;
+  return r.higher_is_better ? 100 * r.kiln->median / r.reference->median : 100 * r.reference->median / r.kiln->median;
+}
+
+void print_text(const BenchReport& report, std::ostream& out) {
+  out << "kiln bench on " << report.device << " (" << report.device_detail << "): median of " << report.runs
+      << " warm runs, [min..max] over them\n";
+  out << "references: " << report.references << '\n';
+  if (report.quick) out << "quick run: " << report.quick_detail << '\n';
+  for (const BenchResult& r : report.context) out << "context: " << result_line(r) << '\n';
+  out << '\n';
+  for (const BenchResult& r : report.results) out << result_line(r) << '\n';
+}
+
+nlohmann::json to_json(const BenchReport& report) {
+  nlohmann::json j = {{"device", report.device}, {"device_detail", report.device_detail},
+                      {"references", report.references}, {"quick", report.quick}, {"runs", report.runs}};
+  if (report.quick) j["quick_detail"] = report.quick_detail;
+  j["context"] = nlohmann::json::array();
+  for (const BenchResult& r : report.context) j["context"].push_back(result_json(r));
+  j["workloads"] = nlohmann::json::array();
+  for (const BenchResult& r : report.results) j["workloads"].push_back(result_json(r));
+  return j;
+}
+
+}  // namespace kiln
