@@ -100,16 +100,27 @@ Tensor Tensor::scalar_like(double s) const {
   return full(shape(), s, d, device());
 }
 
+namespace {
+// float16 and bfloat16 are storage types: arithmetic runs in float32 and each op's result is rounded
+// back, which is what PyTorch computes for them on the CPU.
+bool is_narrow_float(DType d) { return d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16; }
+DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float32.vec(d.count) : d; }
+}  // namespace
+
 Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
   Shape out = broadcast_shapes(shape(), other.shape(), name);
   DType d = promote_types(dtype(), other.dtype());
   if (op == Op::FDIV || (op == Op::POW && !is_float(d))) d = to_floating(d);
-  Tensor a = cast(d).expand(out), b = other.cast(d).expand(out);
-  DType result = is_comparison(op) ? dtypes::bool_ : d;
-  return Tensor(UOp::make(op, result, {a.uop(), b.uop()}), out);
+  DType c = compute_dtype(d);
+  Tensor a = cast(d).cast(c).expand(out), b = other.cast(d).cast(c).expand(out);
+  if (is_comparison(op)) return Tensor(UOp::make(op, dtypes::bool_, {a.uop(), b.uop()}), out);
+  return Tensor(UOp::make(op, c, {a.uop(), b.uop()}), out).cast(d);
 }
 
-Tensor Tensor::unary(Op op) const { return Tensor(UOp::make(op, dtype(), {uop()}), shape()); }
+Tensor Tensor::unary(Op op) const {
+  DType c = compute_dtype(dtype());
+  return Tensor(UOp::make(op, c, {cast(c).uop()}), shape()).cast(dtype());
+}
 
 Tensor Tensor::operator+(const Tensor& o) const { return binary(Op::ADD, o, "add"); }
 Tensor Tensor::operator-(const Tensor& o) const { return binary(Op::SUB, o, "sub"); }
@@ -145,10 +156,15 @@ Tensor Tensor::log2() const { return cast(to_floating(dtype())).unary(Op::LOG2);
 Tensor Tensor::sqrt() const { return cast(to_floating(dtype())).unary(Op::SQRT); }
 Tensor Tensor::reciprocal() const { return cast(to_floating(dtype())).unary(Op::RECIP); }
 Tensor Tensor::sin() const { return cast(to_floating(dtype())).unary(Op::SIN); }
-Tensor Tensor::exp() const { return (*this * (1.0 / std::numbers::ln2)).exp2(); }
-Tensor Tensor::log() const { return log2() * std::numbers::ln2; }
+Tensor Tensor::in_float(const std::function<Tensor(const Tensor&)>& f) const {
+  if (!is_narrow_float(dtype())) return f(*this);
+  return f(cast(compute_dtype(dtype()))).cast(dtype());
+}
+
+Tensor Tensor::exp() const { return in_float([](const Tensor& x) { return (x * (1.0 / std::numbers::ln2)).exp2(); }); }
+Tensor Tensor::log() const { return in_float([](const Tensor& x) { return x.log2() * std::numbers::ln2; }); }
 Tensor Tensor::relu() const { return maximum(zeros(shape(), dtype(), device())); }
-Tensor Tensor::sigmoid() const { return ((-*this).exp() + 1.0).reciprocal(); }
+Tensor Tensor::sigmoid() const { return in_float([](const Tensor& x) { return ((-x).exp() + 1.0).reciprocal(); }); }
 
 // --- reductions --------------------------------------------------------------------------------
 
@@ -170,6 +186,7 @@ Tensor Tensor::reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char
   Tensor x = *this;
   // PyTorch sums and multiplies bool and integer tensors in int64.
   if ((op == Op::ADD || op == Op::MUL) && !is_float(dtype())) x = cast(dtypes::int64);
+  if (is_narrow_float(dtype())) return cast(compute_dtype(dtype())).reduce(op, axes, keepdim, name).cast(dtype());
   if (numel() == 0 && op != Op::ADD && op != Op::MUL)
     throw Error(kiln::cat(name, ": cannot reduce an empty tensor of shape ", shape_str(shape()), " (no identity for ", name, ")"));
   Tensor out = kiln::numel(kept) == 1 && numel() >= kSplitReduceAbove
@@ -196,6 +213,7 @@ Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const { return reduc
 Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::MIN, std::move(axes), keepdim, "min"); }
 
 Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
+  if (is_narrow_float(dtype())) return in_float([&](const Tensor& x) { return x.mean(axes, keepdim); });
   Tensor s = cast(to_floating(dtype())).sum(axes, keepdim);
   return s * (static_cast<double>(s.numel()) / static_cast<double>(std::max<int64_t>(numel(), 1)));
 }

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -180,6 +181,8 @@ class Tensor {
   Tensor scalar_like(double s) const;
   Tensor reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
   Tensor split_reduce(Op op) const;
+  // Composite math on float16/bfloat16 runs entirely in float32 and rounds once at the end.
+  Tensor in_float(const std::function<Tensor(const Tensor&)>& f) const;
   static constexpr int64_t kSplitReduceAbove = 1 << 16, kSplitReduceParts = 256;
   std::vector<int64_t> normalize_axes(std::vector<int64_t> axes, const char* name) const;
   void copy_out(void* dst, DType want);

@@ -125,20 +125,30 @@ Tensor Tensor::sign() const {
   return is_float(dtype()) ? ne(*this).where(*this, s) : s;  // NaN stays NaN
 }
 
-Tensor Tensor::rsqrt() const { return sqrt().reciprocal(); }
-Tensor Tensor::cos() const { return (cast(to_floating(dtype())) * -1.0 + std::numbers::pi / 2).sin(); }
-Tensor Tensor::tan() const { return sin() / cos(); }
-Tensor Tensor::tanh() const { return (cast(to_floating(dtype())) * 2.0).sigmoid() * 2.0 - 1.0; }
+Tensor Tensor::rsqrt() const { return in_float([](const Tensor& x) { return x.sqrt().reciprocal(); }); }
+Tensor Tensor::cos() const {
+  return in_float([](const Tensor& x) { return (x.cast(to_floating(x.dtype())) * -1.0 + std::numbers::pi / 2).sin(); });
+}
+Tensor Tensor::tan() const { return in_float([](const Tensor& x) { return x.sin() / x.cos(); }); }
+Tensor Tensor::tanh() const {
+  return in_float([](const Tensor& x) { return (x.cast(to_floating(x.dtype())) * 2.0).sigmoid() * 2.0 - 1.0; });
+}
 Tensor Tensor::leaky_relu(double slope) const { return zeros_like().lt(*this).where(*this, *this * slope); }
-Tensor Tensor::silu() const { return *this * sigmoid(); }
-Tensor Tensor::gelu() const { return *this * 0.5 * ((*this * (1.0 / std::numbers::sqrt2)).erf() + 1.0); }
+Tensor Tensor::silu() const { return in_float([](const Tensor& x) { return x * x.sigmoid(); }); }
+Tensor Tensor::gelu() const {
+  return in_float([](const Tensor& x) { return x * 0.5 * ((x * (1.0 / std::numbers::sqrt2)).erf() + 1.0); });
+}
 
 Tensor Tensor::softplus(double beta, double threshold) const {
-  Tensor bx = *this * beta;
-  return full_like(threshold).lt(bx).where(*this, (bx.exp() + 1.0).log() * (1.0 / beta));
+  return in_float([&](const Tensor& x) {
+    Tensor bx = x * beta;
+    return x.full_like(threshold).lt(bx).where(x, (bx.exp() + 1.0).log() * (1.0 / beta));
+  });
 }
 
 Tensor Tensor::erf() const {
+  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+    return in_float([](const Tensor& x) { return x.erf(); });
   // Abramowitz & Stegun 7.1.26 is too coarse for float32 (1.5e-7 absolute is fine, but relative error near
   // 0 matters for gelu), so: erf(x) = sign(x) * (1 - t*exp(-x^2 + P(t))) with Numerical Recipes' erfc
   // Chebyshev fit, |relative error| < 1.2e-7.

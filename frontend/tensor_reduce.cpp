@@ -10,6 +10,8 @@ using detail::normalize_axis;
 Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::MUL, std::move(axes), keepdim, "prod"); }
 
 Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) const {
+  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+    return in_float([&](const Tensor& x) { return x.var(axes, keepdim, correction); });
   axes = normalize_axes(std::move(axes), "var");
   int64_t n = 1;
   for (int64_t a : axes) n *= shape()[static_cast<size_t>(a)];
@@ -73,12 +75,16 @@ Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
 }
 
 Tensor Tensor::softmax(int64_t axis) const {
+  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+    return in_float([&](const Tensor& x) { return x.softmax(axis); });
   Tensor x = cast(to_floating(dtype()));
   Tensor e = (x - x.max({axis}, true)).exp();
   return e / e.sum({axis}, true);
 }
 
 Tensor Tensor::log_softmax(int64_t axis) const {
+  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+    return in_float([&](const Tensor& x) { return x.log_softmax(axis); });
   Tensor x = cast(to_floating(dtype()));
   return x - x.logsumexp({axis}, true);
 }

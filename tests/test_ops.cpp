@@ -31,6 +31,9 @@ Tensor to_tensor(const R::Array& a) {
     case ScalarType::Int16: return Tensor::from_vector(values_as<int16_t>(a), a.shape);
     case ScalarType::UInt8: return Tensor::from_vector(values_as<uint8_t>(a), a.shape);
     case ScalarType::Bool: return Tensor::from_vector(values_as<uint8_t>(a), a.shape).cast(dtypes::bool_);
+    case ScalarType::Float16:
+    case ScalarType::BFloat16:  // stored narrow: a realized buffer of the narrow type
+      return Tensor::from_vector(values_as<float>(a), a.shape).cast(a.dtype).contiguous().realize();
     default: FAIL("to_tensor: no test conversion for " << a.dtype.name());
   }
   return Tensor::zeros({});
@@ -51,6 +54,8 @@ R::Array to_ref(Tensor t) {
     case ScalarType::UInt8: take(t.to_vector<uint8_t>()); break;
     case ScalarType::UInt32: take(t.to_vector<uint32_t>()); break;
     case ScalarType::Bool: take(t.cast(dtypes::uint8).to_vector<uint8_t>()); break;
+    case ScalarType::Float16:
+    case ScalarType::BFloat16: take(t.cast(dtypes::float32).to_vector<float>()); break;  // exact
     default: FAIL("to_ref: no test conversion for " << t.dtype().name());
   }
   return out;
@@ -259,6 +264,25 @@ TEST_CASE("movement ops", "[ops]") {
   expect_close(t.repeat({2, 1, 1, 2}), R::repeat(a, {2, 1, 1, 2}));
   R::Array idx = R::array({2, 3, 2}, {0, 3, 1, 1, 2, 0, 3, 3, 0, 0, 1, 2}, dtypes::int64);
   expect_close(t.gather(2, to_tensor(idx)), R::gather(a, 2, idx));
+}
+
+TEST_CASE("float16 and bfloat16 are stored narrow and computed in float32", "[ops]") {
+  for (DType d : {dtypes::float16, dtypes::bfloat16}) {
+    SECTION(d.name()) {
+      R::Array a = random({4, 5}, d, -3, 3, true), b = random({1, 5}, d, -3, 3);
+      Tensor ta = to_tensor(a), tb = to_tensor(b);
+      expect_close(ta + tb, R::add(a, b), 0, 0);
+      expect_close(ta * tb, R::mul(a, b), 0, 0);
+      expect_close(ta.exp(), R::exp(a), 1e-3, 1e-3);  // float32 exp, rounded once to the narrow type
+      expect_close(ta.relu(), R::relu(a), 0, 0);
+      expect_close(ta.sum({1}), R::sum(a, {1}), 1e-2, 1e-2);
+      expect_close(ta.max({0}), R::max(a, {0}), 0, 0);
+      expect_close(ta.permute({1, 0}).flip({0}), R::flip(R::permute(a, {1, 0}), {0}), 0, 0);
+      expect_close(ta.cast(dtypes::float32), R::cast(a, dtypes::float32), 0, 0);
+      R::Array wide = random({3, 3}, dtypes::float32, -70000, 70000);  // rounding, and overflow to inf in float16
+      expect_close(to_tensor(wide).cast(d), R::cast(wide, d), 0, 0);
+    }
+  }
 }
 
 TEST_CASE("size-0 and size-1 axes", "[ops]") {

@@ -55,15 +55,17 @@ std::string comparison_text(const BenchResult& r) {
   return text.empty() ? text : text + ")";
 }
 
-std::string padded(std::string text, size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
+// Columns line up while they fit; a long one still gets two spaces after it.
+std::string column(std::string text, size_t width) {
+  text.append(text.size() + 2 < width ? width - text.size() : 2, ' ');
   return text;
 }
 
 std::string result_line(const BenchResult& r) {
-  std::string line = padded(cat(r.name, "  ", r.size), 40);
+  std::string line = column(cat(r.name, "  ", r.size), 44);
   if (!r.kiln) return line + "FAILED: " + r.failure;
-  line += padded(figure_text(*r.kiln, r.unit), 32) + comparison_text(r);
+  line += figure_text(*r.kiln, r.unit);
+  if (std::string comparison = comparison_text(r); !comparison.empty()) line = column(line, 78) + comparison;
   if (r.check) line += r.check->ok ? cat("  output ok (", r.check->detail, ")") : cat("  MISMATCH: ", r.check->detail);
   for (const std::string& note : r.notes) line += cat("  [", note, "]");
   return line;
@@ -112,6 +114,7 @@ std::optional<double> percent_of_reference(const BenchResult& r) {
 void print_text(const BenchReport& report, std::ostream& out) {
   out << "kiln bench on " << report.device << " (" << report.device_detail << "): median of " << report.runs
       << " warm runs, [min..max] over them\n";
+  out << "machine: " << report.machine << '\n';
   out << "references: " << report.references << '\n';
   if (report.quick) out << "quick run: " << report.quick_detail << '\n';
   for (const BenchResult& r : report.context) out << "context: " << result_line(r) << '\n';
@@ -121,6 +124,7 @@ void print_text(const BenchReport& report, std::ostream& out) {
 
 nlohmann::json to_json(const BenchReport& report) {
   nlohmann::json j = {{"device", report.device}, {"device_detail", report.device_detail},
+                      {"machine", report.machine}, {"other_cores_busy", or_null(report.other_cores_busy)},
                       {"references", report.references}, {"quick", report.quick}, {"runs", report.runs}};
   if (report.quick) j["quick_detail"] = report.quick_detail;
   j["context"] = nlohmann::json::array();

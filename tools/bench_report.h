@@ -45,6 +45,8 @@ struct BenchResult {
 
 struct BenchReport {
   std::string device, device_detail;     // "CPU", "x86-64-v4, clang 14.0.6, 2 threads"
+  std::string machine;                   // cores, and how busy other processes kept them
+  std::optional<double> other_cores_busy;  // cores kept busy by other processes, on average over the run
   std::string references;                // what the references are and how they were built
   bool quick = false;
   std::string quick_detail;              // what quick mode changed

@@ -1,6 +1,7 @@
 // kiln: the command line.
 //
 //   kiln devices                  every registered device: available or why not, and its spec
+//   kiln bench --quick            times kiln beside C/OpenMP and OpenBLAS references (`kiln bench --help`)
 //   kiln --device CPU devices     global flags override the KILN_* environment (see `kiln --help`)
 //
 // A command is one entry in commands(): its name, its help line, and a function that adds its options to
@@ -12,9 +13,11 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench.h"
 #include "devices/device.h"
 #include "uop/config.h"
 #include "uop/error.h"
@@ -84,10 +87,20 @@ Run setup_devices(CLI::App&) {
   };
 }
 
-// bench, train, search and cache join this table as they are written.
+Run setup_bench(CLI::App& command) {
+  auto options = std::make_shared<BenchOptions>();
+  command.add_flag("--quick", options->quick, "fewer runs and a smaller matmul: under 20 s instead of under 2 minutes");
+  command.add_flag("--json", options->json, "print the report as JSON instead of one line per workload");
+  command.footer(kBenchHelp);
+  return [options] { run_bench(*options); };
+}
+
+// train, search and cache join this table as they are written.
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
       {"devices", "List every registered device: available or why not, and its spec", setup_devices},
+      {"bench", "Time kiln on fixed workloads beside C/OpenMP and OpenBLAS references measured in the same run",
+       setup_bench},
   };
   return list;
 }

@@ -1,5 +1,7 @@
 #include "lower/renderers/cstyle.h"
 
+#include "uop/half.h"
+
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -16,7 +18,27 @@ const CStyleLanguage& c_language() {
         "#include <stdint.h>\n#include <stdbool.h>\n#include <math.h>\n#include <string.h>\n"
         // A reduction's order is unspecified (uop/ops.h), so its float additions may be reassociated:
         // clang then vectorizes the loop. Only the accumulator update is marked, nothing else.
-        "#if defined(__clang__)\n#define KILN_REASSOC _Pragma(\"clang fp reassociate(on)\")\n#else\n#define KILN_REASSOC\n#endif\n";
+        "#if defined(__clang__)\n#define KILN_REASSOC _Pragma(\"clang fp reassociate(on)\")\n#else\n#define KILN_REASSOC\n#endif\n"
+        // float16 and bfloat16 are stored as their bits and converted, rounding to nearest even.
+        "static inline float kiln_h2f(uint16_t h) {\n"
+        "  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x; float f;\n"
+        "  if (e == 0) { f = (float)m * 5.9604644775390625e-08f; memcpy(&x, &f, 4); x |= sign; }\n"
+        "  else if (e == 31) x = sign | 0x7f800000u | (m << 13);\n"
+        "  else x = sign | ((e + 112u) << 23) | (m << 13);\n"
+        "  memcpy(&f, &x, 4); return f;\n}\n"
+        "static inline uint16_t kiln_f2h(float f) {\n"
+        "  uint32_t x; memcpy(&x, &f, 4);\n"
+        "  uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;\n"
+        "  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));\n"
+        "  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);\n"
+        "  if (a < 0x38800000u) { float af; memcpy(&af, &a, 4); return (uint16_t)(sign | (uint32_t)rintf(af * 16777216.0f)); }\n"
+        "  uint32_t m = a - 0x38000000u;\n"
+        "  return (uint16_t)(sign | ((m + 0x0fffu + ((m >> 13) & 1u)) >> 13));\n}\n"
+        "static inline float kiln_bf2f(uint16_t b) { uint32_t x = (uint32_t)b << 16; float f; memcpy(&f, &x, 4); return f; }\n"
+        "static inline uint16_t kiln_f2bf(float f) {\n"
+        "  uint32_t x; memcpy(&x, &f, 4);\n"
+        "  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);\n"
+        "  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);\n}\n";
     c.reassociate = "KILN_REASSOC ";
     // The CPU ABI: the runtime calls the kernel on chunks [gid_begin, gid_end) of launch dimension 0.
     c.kernel_open =
@@ -43,8 +65,7 @@ std::string c_type(DType dtype) {
     case ScalarType::UInt32: base = "uint32_t"; break;
     case ScalarType::UInt64: base = "uint64_t"; break;
     case ScalarType::Float16:
-    case ScalarType::BFloat16:
-      throw Error(cat("the C renderer does not support ", dtype.name(), " kernels yet; cast to float32 first"));
+    case ScalarType::BFloat16: base = "uint16_t"; break;  // storage only: the bits, converted by CAST
     case ScalarType::Float32: base = "float"; break;
     case ScalarType::Float64: base = "double"; break;
   }
@@ -58,6 +79,11 @@ std::string literal(const UOpPtr& u) {
   const ConstValue& v = u->const_value();
   DType d = u->dtype;
   if (is_bool(d)) return std::get<bool>(v) ? "1" : "0";
+  if (d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16) {
+    float x = static_cast<float>(std::get<double>(v));
+    unsigned bits = d.scalar == ScalarType::Float16 ? float_to_half_bits(x) : float_to_bf16_bits(x);
+    return "((uint16_t)" + std::to_string(bits) + "u)";
+  }
   if (is_float(d)) {
     double x = std::get<double>(v);
     if (std::isnan(x)) return "NAN";
@@ -173,9 +199,17 @@ class Renderer {
       case Op::SHR: return "(" + a(0) + ">>" + a(1) + ")";
       case Op::WHERE: return "(" + a(0) + "?" + a(1) + ":" + a(2) + ")";
       case Op::MULACC: return "((" + a(0) + "*" + a(1) + ")+" + a(2) + ")";
-      case Op::CAST:
-        if (is_bool(u->dtype)) return "(" + a(0) + "!=0)";
-        return "((" + c_type(u->dtype) + ")" + a(0) + ")";
+      case Op::CAST: {
+        // Narrow floats convert through float32.
+        std::string x = a(0);
+        ScalarType from = u->src[0]->dtype.scalar, to = u->dtype.scalar;
+        if (from == ScalarType::Float16) x = "kiln_h2f(" + x + ")";
+        if (from == ScalarType::BFloat16) x = "kiln_bf2f(" + x + ")";
+        if (to == ScalarType::Float16) return "kiln_f2h((float)" + x + ")";
+        if (to == ScalarType::BFloat16) return "kiln_f2bf((float)" + x + ")";
+        if (is_bool(u->dtype)) return "(" + x + "!=0)";
+        return "((" + c_type(u->dtype) + ")" + x + ")";
+      }
       default: throw_internal("expr() is called for ALU ops and casts", std::string(op_name(u->op)), __FILE__, __LINE__);
     }
   }

@@ -1,0 +1,622 @@
+// kiln bench (see bench.h): the workloads, how each is timed, and how kiln's output is checked.
+//
+// Timing, for every workload:
+// - inputs are made once and reused: fresh memory costs ~15 us per 4 KiB page here (NOTES.md);
+// - kiln's figure is the wall time of building the graph over those inputs and realizing it, scheduling
+//   included, as a user sees it. The first run compiles and is not timed; warm-up goes on (a little) until
+//   the output lands in memory an earlier run used, since the device caches freed buffers, so first touch
+//   of a fresh output is not timed either. A timed run that still got fresh output memory is noted;
+// - kiln and the reference alternate run by run, so drift in memory bandwidth (up to 40% here) hits both;
+// - a figure is the median of the timed runs, with [min..max] over them beside it.
+#include "bench.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "bench_reference.h"
+#include "bench_report.h"
+#include "frontend/realize.h"
+#include "frontend/tensor.h"
+#include "lower/lower.h"
+#include "uop/config.h"
+#include "uop/hash.h"
+#include "uop/thread_pool.h"
+
+namespace kiln {
+
+const char* const kBenchHelp = R"(Workloads (float32), each beside a reference measured in the same run:
+  relu(a*b+c)       16M elements     GB/s, 16 bytes per element   vs a C/OpenMP loop     target >= 80%
+  sum               16M elements     GB/s, 4 bytes per element    vs a C/OpenMP loop     target >= 70%
+  softmax rows      4096 x 4096      GB/s, 8 bytes per element    vs a C/OpenMP loop     target >= 60%
+  matmul            1024^3           GFLOP/s                      vs OpenBLAS sgemm      target >= 30%
+  realize overhead  a compiled 200-op elementwise graph on 16 elements: us per call      target < 100 us
+  new kernel        first realize of a kernel no cache has seen: ms per kernel (lowering + compile)
+An FMA peak loop and a triad bandwidth loop give the machine's limits in the same run.
+
+The C/OpenMP references (tools/bench_reference.c) are compiled at run time with
+gcc -O3 -march=native -fno-math-errno -fopenmp; OpenBLAS comes from libopenblas.so.0 when installed.
+A figure is the median of several warm runs after a warm-up that compiles; [min..max] is the spread.
+kiln's output is checked once per workload; a MISMATCH or a failure makes the exit status 1.
+Memory bandwidth here drifts between runs: compare figures within one run, not across runs.)";
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Sizes and run counts. Quick keeps the memory-bound sizes (smaller arrays would sit in cache and measure
+// something else) and cuts runs, the matmul and the call counts.
+struct Plan {
+  bool quick = false;
+  int runs = 7;                 // timed warm runs per workload
+  int min_runs = 5;             // for a workload whose warm run takes longer than slow_run_s
+  double slow_run_s = 2.0;
+  int64_t n = int64_t(16) << 20;                      // elements of the elementwise, sum and triad arrays
+  int64_t softmax_rows = 4096, softmax_cols = 4096;   // rows * cols == n: softmax reuses the same arrays
+  int64_t matmul = 1024;
+  int overhead_calls = 200;     // timed realizes of the 200-op graph
+  int new_kernels = 5;          // kernels compiled for the compile-time figure
+  int64_t fma_iterations = 50'000'000;
+};
+
+Plan make_plan(bool quick) {
+  Plan plan;
+  if (!quick) return plan;
+  plan.quick = true;
+  plan.runs = plan.min_runs = 3;
+  plan.matmul = 512;
+  plan.overhead_calls = 50;
+  plan.new_kernels = 3;
+  plan.fma_iterations = 20'000'000;
+  return plan;
+}
+
+std::string quick_detail(const Plan& quick, const Plan& full) {
+  return cat(quick.runs, " timed runs per workload instead of ", full.runs, ", matmul ", quick.matmul, "^3 instead of ",
+             full.matmul, "^3, ", quick.overhead_calls, " realize calls instead of ", full.overhead_calls, ", ",
+             quick.new_kernels, " new kernels instead of ", full.new_kernels, "; figures are rougher than a full run's");
+}
+
+// Host memory for the references' inputs and outputs: mapped once with huge pages hinted, because first
+// touch of 4 KiB pages costs ~15 us each here (NOTES.md).
+class HostArray {
+ public:
+  explicit HostArray(int64_t n) : n_(n), bytes_(size_t(n) * sizeof(float)) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error(cat("kiln bench: cannot map ", bytes_, " bytes of host memory: ", std::strerror(errno)));
+    madvise(p, bytes_, MADV_HUGEPAGE);  // only a hint: without transparent huge pages it is slower, not wrong
+    data_ = static_cast<float*>(p);
+  }
+  ~HostArray() { munmap(data_, bytes_); }
+  HostArray(const HostArray&) = delete;
+  HostArray& operator=(const HostArray&) = delete;
+
+  float* data() const { return data_; }
+  int64_t size() const { return n_; }
+
+ private:
+  int64_t n_;
+  size_t bytes_;
+  float* data_ = nullptr;
+};
+
+// Deterministic values in [-1, 1), filled on every core.
+void fill_uniform(HostArray& array, uint64_t seed) {
+  float* data = array.data();
+  int64_t n = array.size(), grain = std::max<int64_t>(1, n / int64_t(default_pool().size() + 1));
+  default_pool().parallel_for(0, n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) data[i] = float(hash_mix(hash_combine(seed, uint64_t(i))) >> 40) * 0x1p-23f - 1.0f;
+  }, grain);
+}
+
+Tensor upload(HostArray& array, uint64_t seed) {
+  fill_uniform(array, seed);
+  return Tensor::from_raw(array.data(), dtypes::float32, {array.size()});
+}
+
+// The arrays every memory-bound workload shares, on the host for the references and on the device for
+// kiln, made once.
+struct Inputs {
+  explicit Inputs(int64_t n) : a(n), b(n), c(n), out(n), got(n), ka(upload(a, 1)), kb(upload(b, 2)), kc(upload(c, 3)) {}
+  HostArray a, b, c;
+  HostArray out;  // the reference's output
+  HostArray got;  // kiln's output, copied back for the check
+  Tensor ka, kb, kc;
+};
+
+// realize() leaves a tensor as a view of the BUFFER holding it; null if it is anything else.
+const DeviceBuffer* realized_storage(const Tensor& t) {
+  const UOpPtr& u = t.uop();
+  const UOpPtr& buffer = u->op == Op::RESHAPE ? u->src[0] : u;
+  return buffer->op == Op::BUFFER ? &storage_of(buffer) : nullptr;
+}
+
+// Into memory we own: to_vector would fault in a fresh 64 MiB vector, ~0.25 s here.
+void copy_to_host(Tensor& t, float* dst) {
+  t.realize();
+  if (const DeviceBuffer* storage = realized_storage(t); storage && storage->raw.handle) {
+    storage->device->copy_out(dst, storage->raw, size_t(t.numel()) * sizeof(float));
+    return;
+  }
+  std::vector<float> values = t.to_vector<float>();
+  std::copy(values.begin(), values.end(), dst);
+}
+
+std::string short_number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", v);
+  return text;
+}
+
+// Every element within atol + rtol * |reference|; NaN matches nothing.
+Check compare(const float* got, const float* want, int64_t n, double atol, double rtol) {
+  int64_t bad = 0, worst = 0;
+  double max_diff = 0, worst_excess = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    double diff = std::fabs(double(got[i]) - double(want[i])), allowed = atol + rtol * std::fabs(double(want[i]));
+    if (diff <= allowed) {
+      max_diff = std::max(max_diff, diff);
+      continue;
+    }
+    ++bad;
+    double excess = std::isnan(diff) ? INFINITY : diff - allowed;
+    if (excess > worst_excess) worst_excess = excess, worst = i;
+  }
+  if (bad == 0) return {true, cat("max |diff| ", short_number(max_diff))};
+  return {false, cat(bad, " of ", n, " values differ by more than ", atol, " + ", rtol, " x |reference|; worst at [", worst,
+                     "]: kiln ", got[worst], ", reference ", want[worst])};
+}
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t m = values.size() / 2;
+  return values.size() % 2 ? values[m] : (values[m - 1] + values[m]) / 2;
+}
+
+// `amount` (bytes or flops, scaled to the unit) per second: the slowest run gives the low end.
+Figure rate(const std::vector<double>& seconds, double amount) {
+  auto [fastest, slowest] = std::minmax_element(seconds.begin(), seconds.end());
+  return {amount / median_of(seconds), amount / *slowest, amount / *fastest};
+}
+
+// Seconds, scaled to the unit (1e6 for us).
+Figure duration(const std::vector<double>& seconds, double scale) {
+  auto [fastest, slowest] = std::minmax_element(seconds.begin(), seconds.end());
+  return {median_of(seconds) * scale, *fastest * scale, *slowest * scale};
+}
+
+void settle(std::chrono::milliseconds time) { std::this_thread::sleep_for(time); }
+
+// After a reference run, libgomp's and OpenBLAS's workers spin a while before they sleep; on 2 cores that
+// would slow kiln's next run, so each reference run is followed by a pause that is not timed.
+constexpr std::chrono::milliseconds kOpenMpSettle{20}, kOpenBlasSettle{300};
+
+struct Comparison {
+  std::function<Tensor()> graph;       // kiln's side: built anew each run over inputs made once
+  std::function<void()> reference;     // writes the reference's output; empty: no reference
+  std::chrono::milliseconds settle = kOpenMpSettle;
+};
+
+struct Timings {
+  std::vector<double> kiln, reference;
+  std::optional<Tensor> output;  // kiln's output of the last timed run, for the check
+  int fresh_outputs = 0;         // timed runs whose output landed in memory no earlier run had used
+};
+
+// Outputs smaller than this come from malloc's own reuse; fresh memory only costs much for big ones.
+constexpr size_t kWatchedOutputBytes = size_t(1) << 20;
+
+Timings time_comparison(const Plan& plan, const Comparison& c) {
+  Timings t;
+  std::set<void*> seen;
+  bool fresh = false;
+  auto kiln_run = [&] {
+    t.output.reset();  // the previous output goes back to the device's buffer cache before this run allocates
+    auto start = Clock::now();
+    t.output.emplace(c.graph());
+    t.output->realize();
+    get_device(t.output->device()).synchronize();
+    double seconds = seconds_since(start);
+    const DeviceBuffer* storage = realized_storage(*t.output);
+    fresh = storage && storage->bytes >= kWatchedOutputBytes && seen.insert(storage->raw.handle).second;
+    return seconds;
+  };
+  kiln_run();  // compiles
+  double warm = kiln_run();
+  for (int extra = 0; extra < 2 && fresh && warm < 1.0; ++extra) warm = kiln_run();
+  int runs = warm > plan.slow_run_s ? plan.min_runs : plan.runs;
+  if (c.reference) {
+    c.reference();
+    settle(c.settle);
+  }
+  for (int i = 0; i < runs; ++i) {
+    t.kiln.push_back(kiln_run());
+    t.fresh_outputs += fresh ? 1 : 0;
+    if (!c.reference) continue;
+    auto start = Clock::now();
+    c.reference();
+    t.reference.push_back(seconds_since(start));
+    settle(c.settle);
+  }
+  return t;
+}
+
+// Fills the figures of a comparison; `amount` is what one run moves or computes, in the unit's scale.
+void record(BenchResult& r, const Timings& t, double amount) {
+  r.runs = int(t.kiln.size());
+  r.kiln = rate(t.kiln, amount);
+  if (!t.reference.empty()) r.reference = rate(t.reference, amount);
+  if (t.fresh_outputs > 0)
+    r.notes.push_back(cat("kiln's output got fresh memory in ", t.fresh_outputs, " of ", t.kiln.size(),
+                          " timed runs: freed buffers were not reused"));
+}
+
+BenchResult result(std::string name, std::string size, std::string unit) {
+  BenchResult r;
+  r.name = std::move(name);
+  r.size = std::move(size);
+  r.unit = std::move(unit);
+  return r;
+}
+
+// A workload measured against a reference, with the issue's target as a percentage of it.
+BenchResult compared(std::string name, std::string size, std::string unit, std::string reference, double target) {
+  BenchResult r = result(std::move(name), std::move(size), std::move(unit));
+  r.reference_name = std::move(reference);
+  r.target_percent = target;
+  return r;
+}
+
+// Runs one workload; what it throws becomes the result's failure, so the other workloads still run.
+BenchResult guarded(BenchResult r, const std::function<void(BenchResult&)>& body) {
+  try {
+    body(r);
+  } catch (const std::exception& e) {
+    r.kiln.reset();
+    r.failure = e.what();
+  }
+  return r;
+}
+
+std::string millions(int64_t n) { return n % (int64_t(1) << 20) == 0 ? cat(n >> 20, "M") : cat(n); }
+
+// --- context: what this machine can do, measured with the same compiler as the references -----------
+
+BenchResult fma_peak(const Plan& plan, const CReference& ref) {
+  BenchResult r = result("FMA peak", cat(ref.threads(), " threads, C/OpenMP"), "GFLOP/s");
+  float checksum = 0;
+  double flops = ref.fma_peak(plan.fma_iterations / 10, &checksum) * 10;  // warm-up: wakes the threads and clocks
+  std::vector<double> seconds;
+  for (int i = 0; i < plan.runs; ++i) {
+    auto start = Clock::now();
+    ref.fma_peak(plan.fma_iterations, &checksum);
+    seconds.push_back(seconds_since(start));
+  }
+  settle(kOpenMpSettle);
+  r.runs = plan.runs;
+  r.kiln = rate(seconds, flops * 1e-9);
+  return r;
+}
+
+BenchResult triad(const Plan& plan, Inputs& in, const CReference& ref) {
+  BenchResult r = result("triad bandwidth", cat(millions(plan.n), " x 3 arrays, C/OpenMP"), "GB/s");
+  ref.triad(in.out.data(), in.b.data(), in.c.data(), 3.0f, plan.n);
+  std::vector<double> seconds;
+  for (int i = 0; i < plan.runs; ++i) {
+    auto start = Clock::now();
+    ref.triad(in.out.data(), in.b.data(), in.c.data(), 3.0f, plan.n);
+    seconds.push_back(seconds_since(start));
+  }
+  settle(kOpenMpSettle);
+  r.runs = plan.runs;
+  r.kiln = rate(seconds, 12.0 * double(plan.n) * 1e-9);
+  return r;
+}
+
+// --- the workloads ---------------------------------------------------------------------------------
+
+void elementwise(BenchResult& r, const Plan& plan, Inputs& in, const CReference& ref) {
+  Timings t = time_comparison(plan, {[&] { return (in.ka * in.kb + in.kc).relu(); },
+                                     [&] { ref.relu_fma(in.a.data(), in.b.data(), in.c.data(), in.out.data(), plan.n); }});
+  record(r, t, 16.0 * double(plan.n) * 1e-9);  // a, b, c read and the output written, 4 bytes each
+  copy_to_host(*t.output, in.got.data());
+  r.check = compare(in.got.data(), in.out.data(), plan.n, 1e-6, 1e-5);
+}
+
+void sum(BenchResult& r, const Plan& plan, Inputs& in, const CReference& ref) {
+  float reference = 0;
+  Timings t = time_comparison(plan, {[&] { return in.ka.sum(); }, [&] { reference = ref.sum(in.a.data(), plan.n); }});
+  record(r, t, 4.0 * double(plan.n) * 1e-9);
+  float got = t.output->item<float>();
+  double exact = 0, magnitude = 0;
+  for (int64_t i = 0; i < plan.n; ++i) exact += in.a.data()[i], magnitude += std::fabs(in.a.data()[i]);
+  // Both sides add floats in their own order: allow what float accumulation over sum|a| can lose.
+  double allowed = 1e-5 * magnitude;
+  std::string values = cat("kiln ", got, ", reference ", reference, ", exact (double) ", exact);
+  bool ok = std::fabs(double(got) - double(reference)) <= allowed;
+  r.check = Check{ok, ok ? values : cat(values, "; they differ by more than ", allowed, " (1e-5 x sum |a|)")};
+}
+
+void softmax(BenchResult& r, const Plan& plan, Inputs& in, const CReference& ref) {
+  int64_t rows = plan.softmax_rows, cols = plan.softmax_cols;
+  Tensor x = in.ka.reshape({rows, cols});
+  Timings t = time_comparison(plan, {[&] { return x.softmax(1); },
+                                     [&] { ref.softmax_rows(in.a.data(), in.out.data(), rows, cols); }});
+  record(r, t, 8.0 * double(rows * cols) * 1e-9);  // each element read once and written once
+  copy_to_host(*t.output, in.got.data());
+  r.check = compare(in.got.data(), in.out.data(), rows * cols, 1e-9, 1e-4);
+}
+
+void matmul(BenchResult& r, const Plan& plan, Inputs& in, const OpenBlas& blas) {
+  int m = int(plan.matmul);
+  const float *a = in.a.data(), *b = in.b.data();  // the first m*m elements of the shared arrays
+  float* c = in.out.data();
+  Tensor ka = Tensor::from_raw(a, dtypes::float32, {m, m}), kb = Tensor::from_raw(b, dtypes::float32, {m, m});
+  Comparison comparison{[&] { return ka.matmul(kb); }, nullptr, kOpenBlasSettle};
+  if (blas.sgemm) {
+    comparison.reference = [&] {
+      blas.sgemm(OpenBlas::kRowMajor, OpenBlas::kNoTrans, OpenBlas::kNoTrans, m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
+    };
+  } else {
+    r.no_reference = cat("no OpenBLAS reference: ", blas.problem);
+  }
+  Timings t = time_comparison(plan, comparison);
+  record(r, t, 2.0 * double(m) * m * m * 1e-9);
+  copy_to_host(*t.output, in.got.data());
+  if (blas.sgemm) {
+    r.check = compare(in.got.data(), c, int64_t(m) * m, 1e-3, 1e-4);
+    return;
+  }
+  // Without OpenBLAS: 256 sampled entries, summed in double on the host.
+  std::vector<float> want, got;
+  std::mt19937 rng(7);
+  for (int s = 0; s < 256; ++s) {
+    int i = int(rng() % unsigned(m)), j = int(rng() % unsigned(m));
+    double dot = 0;
+    for (int k = 0; k < m; ++k) dot += double(a[int64_t(i) * m + k]) * b[int64_t(k) * m + j];
+    want.push_back(float(dot));
+    got.push_back(in.got.data()[int64_t(i) * m + j]);
+  }
+  r.check = compare(got.data(), want.data(), int64_t(want.size()), 1e-3, 1e-4);
+}
+
+// 200 elementwise ops cycling through these four; f(t) = relu(sqrt(1.5 t + 0.25)) has a stable fixed point,
+// so values stay near 1.65 however long the chain.
+constexpr int kChainOps = 200;
+
+Tensor op_chain(const Tensor& x) {
+  Tensor t = x;
+  for (int i = 0; i < kChainOps; ++i) {
+    switch (i % 4) {
+      case 0: t = t * 1.5; break;
+      case 1: t = t + 0.25; break;
+      case 2: t = t.sqrt(); break;
+      case 3: t = t.relu(); break;
+    }
+  }
+  return t;
+}
+
+float op_chain_on_host(float t) {
+  for (int i = 0; i < kChainOps; ++i) {
+    switch (i % 4) {
+      case 0: t = t * 1.5f; break;
+      case 1: t = t + 0.25f; break;
+      case 2: t = std::sqrt(t); break;
+      case 3: t = std::max(t, 0.0f); break;
+    }
+  }
+  return t;
+}
+
+void realize_overhead(BenchResult& r, const Plan& plan) {
+  std::vector<float> values(16);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f + float(i) / 16;
+  Tensor x = Tensor::from_vector(values, {16});
+  std::vector<float> out = op_chain(x).to_vector<float>();  // compiles
+  out = op_chain(x).to_vector<float>();
+  size_t lowered = realize_stats().kernels_lowered;
+  std::vector<double> seconds;
+  for (int i = 0; i < plan.overhead_calls; ++i) {
+    auto start = Clock::now();
+    out = op_chain(x).to_vector<float>();  // the whole call a user makes: build the graph, realize, copy out
+    seconds.push_back(seconds_since(start));
+  }
+  r.runs = plan.overhead_calls;
+  r.kiln = duration(seconds, 1e6);
+  r.higher_is_better = false;
+  r.target_value = 100;
+  if (size_t again = realize_stats().kernels_lowered - lowered; again > 0)
+    r.notes.push_back(cat("kiln lowered ", again, " kernels during the timed calls: its kernel cache missed"));
+  std::vector<float> want(values.size());
+  std::transform(values.begin(), values.end(), want.begin(), op_chain_on_host);
+  r.check = compare(out.data(), want.data(), int64_t(want.size()), 1e-6, 1e-5);
+}
+
+// Points the on-disk compile cache at an empty directory while it lives, so compiles cannot hit it.
+class FreshCacheDir {
+ public:
+  FreshCacheDir() : saved_(config().cache_dir) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-bench-cache-XXXXXX").string();
+    if (!mkdtemp(pattern.data()))
+      throw Error(cat("kiln bench: cannot create a temporary cache directory ", pattern, ": ", std::strerror(errno),
+                      "; set TMPDIR to a writable directory"));
+    path_ = pattern;
+    config().cache_dir = path_;
+  }
+  ~FreshCacheDir() {
+    config().cache_dir = saved_;
+    std::error_code ignored;  // a leftover directory in $TMPDIR is harmless
+    std::filesystem::remove_all(path_, ignored);
+  }
+  FreshCacheDir(const FreshCacheDir&) = delete;
+  FreshCacheDir& operator=(const FreshCacheDir&) = delete;
+
+ private:
+  std::string saved_, path_;
+};
+
+void new_kernel(BenchResult& r, const Plan& plan) {
+  std::vector<float> values(256);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = float(i % 16) / 16 - 0.5f;
+  Tensor x = Tensor::from_vector(values, {16, 16});
+  // Constants are baked into kernels, so fresh random ones give kernels no cache has seen, in this
+  // process (the in-memory cache) or on disk (and the disk cache is an empty directory besides).
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> uniform(0.5, 1.0);
+  auto graph = [&](double scale, double shift) { return ((x * scale).exp() + shift).sum({1}); };
+  const DeviceSpec& spec = get_device(x.device()).spec();
+
+  FreshCacheDir cache;
+  std::vector<double> per_kernel, lowering;
+  for (int k = 0; k < plan.new_kernels; ++k) {
+    // Lowering alone, on a graph of its own, so the realize below still misses every cache.
+    Schedule schedule = Tensor::schedule({graph(uniform(rng), uniform(rng))});
+    for (const ScheduleItem& item : schedule.items) {
+      if (item.kind != ScheduleItem::Kind::Kernel) continue;
+      auto start = Clock::now();
+      lower_kernel(item.ast, spec);
+      lowering.push_back(seconds_since(start));
+    }
+    double scale = uniform(rng), shift = uniform(rng);
+    size_t before = realize_stats().kernels_lowered;
+    auto start = Clock::now();
+    Tensor out = graph(scale, shift);
+    out.realize();
+    get_device(out.device()).synchronize();
+    double seconds = seconds_since(start);
+    size_t kernels = realize_stats().kernels_lowered - before;
+    per_kernel.push_back(seconds / double(std::max<size_t>(kernels, 1)));
+    if (kernels != 1) r.notes.push_back(cat("realize ", k, " lowered ", kernels, " kernels, expected 1"));
+    if (k > 0) continue;
+    std::vector<float> got = out.to_vector<float>(), want(16);
+    for (int i = 0; i < 16; ++i) {
+      double total = 0;
+      for (int j = 0; j < 16; ++j) total += std::exp(double(values[size_t(i * 16 + j)]) * scale) + shift;
+      want[size_t(i)] = float(total);
+    }
+    r.check = compare(got.data(), want.data(), 16, 1e-5, 1e-5);
+  }
+  r.runs = plan.new_kernels;
+  r.higher_is_better = false;
+  r.kiln = duration(per_kernel, 1e3);
+  r.notes.push_back(cat("lowering ", short_number(median_of(lowering) * 1e3), " ms of it; the rest is compiling, loading ",
+                        "and running; compiled into an empty cache directory"));
+}
+
+// Other processes on the cores (a build, a test run) slow both sides, and unevenly: an OpenMP loop whose
+// thread is preempted waits for it at the barrier. So the run measures how busy the others kept the cores:
+// all busy time (/proc/stat) minus this process's and its compilers' (getrusage).
+class OtherLoad {
+ public:
+  OtherLoad() : start_(Clock::now()), busy_(machine_busy_seconds()), own_(own_seconds()) {}
+
+  // Cores the other processes kept busy on average since construction; nullopt without /proc/stat.
+  std::optional<double> cores() const {
+    std::optional<double> busy = machine_busy_seconds();
+    if (!busy || !busy_) return std::nullopt;
+    return std::max(0.0, (*busy - *busy_ - (own_seconds() - own_))) / seconds_since(start_);
+  }
+
+ private:
+  static std::optional<double> machine_busy_seconds() {
+    std::ifstream in("/proc/stat");
+    std::string label;
+    double ticks[8] = {0};  // user nice system idle iowait irq softirq steal
+    if (!(in >> label) || label != "cpu") return std::nullopt;
+    for (double& t : ticks) in >> t;
+    if (!in) return std::nullopt;
+    double busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7];
+    return busy / double(sysconf(_SC_CLK_TCK));
+  }
+  static double own_seconds() {
+    auto seconds = [](int who) {
+      rusage usage{};
+      getrusage(who, &usage);
+      return double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + 1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    };
+    return seconds(RUSAGE_SELF) + seconds(RUSAGE_CHILDREN);  // children: the C compilers, once waited for
+  }
+
+  Clock::time_point start_;
+  std::optional<double> busy_;
+  double own_;
+};
+
+std::string machine_text(const OtherLoad& load, std::optional<double>& cores_busy) {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  cores_busy = load.cores();
+  if (!cores_busy) return cat(cores, " cores");
+  std::string text = cat(cores, " cores; other processes kept ", short_number(*cores_busy), " of them busy during the run");
+  if (*cores_busy > 0.2) text += " (so figures are noisy, and ratios skewed: an OpenMP barrier waits for a preempted thread)";
+  return text;
+}
+
+}  // namespace
+
+void run_bench(const BenchOptions& options) {
+  const Plan plan = make_plan(options.quick);
+  BenchReport report;
+  report.quick = plan.quick;
+  if (plan.quick) report.quick_detail = quick_detail(plan, make_plan(false));
+  report.runs = plan.runs;
+  Device& device = get_device(default_device_name());
+  const DeviceSpec& spec = device.spec();
+  report.device = spec.name;
+  report.device_detail = cat(spec.arch, ", ", spec.compiler, ", ", spec.threads, " threads");
+
+  OtherLoad other_load;
+
+  CReference ref = CReference::build();
+  OpenBlas blas = OpenBlas::load();
+  report.references = cat("C/OpenMP loops built by ", ref.compiler, " in ", short_number(ref.compile_seconds), " s, ",
+                          ref.threads(), " threads; ",
+                          blas.sgemm ? cat(blas.config, ", core ", blas.core) : cat("no OpenBLAS: ", blas.problem));
+
+  Inputs in(plan.n);
+  report.context.push_back(fma_peak(plan, ref));
+  report.context.push_back(triad(plan, in, ref));
+
+  auto add = [&](BenchResult r, const std::function<void(BenchResult&)>& body) {
+    report.results.push_back(guarded(std::move(r), body));
+  };
+  std::string n = cat(millions(plan.n), " float32");
+  add(compared("relu(a*b+c)", n, "GB/s", "C/OpenMP", 80), [&](BenchResult& r) { elementwise(r, plan, in, ref); });
+  add(compared("sum", n, "GB/s", "C/OpenMP", 70), [&](BenchResult& r) { sum(r, plan, in, ref); });
+  add(compared("softmax rows", cat(plan.softmax_rows, "x", plan.softmax_cols, " float32"), "GB/s", "C/OpenMP", 60),
+      [&](BenchResult& r) { softmax(r, plan, in, ref); });
+  add(compared("matmul", cat(plan.matmul, "^3 float32"), "GFLOP/s", cat("OpenBLAS sgemm, core ", blas.core), 30),
+      [&](BenchResult& r) { matmul(r, plan, in, blas); });
+  add(result("realize, compiled 200-op graph", "16 float32", "us"), [&](BenchResult& r) { realize_overhead(r, plan); });
+  add(result("first realize of a new kernel", "16x16 reduce", "ms/kernel"), [&](BenchResult& r) { new_kernel(r, plan); });
+
+  report.machine = machine_text(other_load, report.other_cores_busy);
+  if (options.json) {
+    std::cout << to_json(report).dump(2) << '\n';
+  } else {
+    print_text(report, std::cout);
+  }
+  if (size_t failed = report.failures(); failed > 0)
+    throw Error(cat("kiln bench: ", failed, " workload", failed == 1 ? "" : "s",
+                    " failed or gave a wrong result (FAILED or MISMATCH above); the figures for ",
+                    failed == 1 ? "it mean" : "them mean", " nothing until that is fixed"));
+}
+
+}  // namespace kiln
