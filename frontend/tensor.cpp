@@ -57,12 +57,15 @@ using detail::broadcast_shapes;
 using detail::movement;
 using detail::normalize_axis;
 
-Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>(State{std::move(uop), std::move(shape)})) {}
+Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>(State{std::move(uop), std::move(shape), ""})) {}
 
 const Shape& Tensor::shape() const { return state_->shape; }
 DType Tensor::dtype() const { return state_->uop->dtype; }
 const UOpPtr& Tensor::uop() const { return state_->uop; }
-std::string Tensor::device() const { return device_of(uop())->arg_as<std::string>(); }
+std::string Tensor::device() const {
+  if (state_->device.empty()) state_->device = device_of(uop())->arg_as<std::string>();
+  return state_->device;
+}
 
 // --- creation --------------------------------------------------------------------------------
 

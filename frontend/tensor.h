@@ -173,6 +173,7 @@ class Tensor {
   struct State {
     UOpPtr uop;
     Shape shape;
+    std::string device;  // found on first use (device_of walks the graph), then kept
   };
   std::shared_ptr<State> state_;
 

@@ -11,16 +11,19 @@
 namespace kiln {
 
 UOpPtr device_of(const UOpPtr& u) {
-  // Iterative walk: the first DEVICE found below u (COPY's own DEVICE is its destination).
-  std::vector<const UOpPtr*> stack{&u};
+  // Breadth first: the nearest DEVICE is usually a few steps away (a constant's), even at the end of a
+  // long chain of ops, so this stays cheap when the frontend asks for every new tensor.
+  std::vector<const UOpPtr*> level{&u}, next;
   std::unordered_set<const UOp*> seen;
-  while (!stack.empty()) {
-    const UOpPtr& n = *stack.back();
-    stack.pop_back();
-    if (n->op == Op::DEVICE) return n;
-    if (n->op == Op::COPY) return n->src[1];
-    if (!seen.insert(n.get()).second) continue;
-    for (auto it = n->src.rbegin(); it != n->src.rend(); ++it) stack.push_back(&*it);
+  while (!level.empty()) {
+    for (const UOpPtr* n : level) {
+      if ((*n)->op == Op::DEVICE) return *n;
+      if ((*n)->op == Op::COPY) return (*n)->src[1];  // a copy's own DEVICE is its destination
+      for (const UOpPtr& s : (*n)->src)
+        if (seen.insert(s.get()).second) next.push_back(&s);
+    }
+    level.swap(next);
+    next.clear();
   }
   throw_internal("every tensor graph reaches a DEVICE", str(u), __FILE__, __LINE__);
 }

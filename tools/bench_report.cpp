@@ -62,10 +62,10 @@ std::string column(std::string text, size_t width) {
 }
 
 std::string result_line(const BenchResult& r) {
-  std::string line = column(cat(r.name, "  ", r.size), 44);
+  std::string line = column(cat(r.name, "  ", r.size), 46);
   if (!r.kiln) return line + "FAILED: " + r.failure;
   line += figure_text(*r.kiln, r.unit);
-  if (std::string comparison = comparison_text(r); !comparison.empty()) line = column(line, 78) + comparison;
+  if (std::string comparison = comparison_text(r); !comparison.empty()) line = column(line, 80) + comparison;
   if (r.check) line += r.check->ok ? cat("  output ok (", r.check->detail, ")") : cat("  MISMATCH: ", r.check->detail);
   for (const std::string& note : r.notes) line += cat("  [", note, "]");
   return line;
