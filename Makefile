@@ -1,5 +1,6 @@
-# A thin wrapper over CMake. `make` builds, `make test` builds and runs every test, `make deps`
-# installs missing Debian packages, `make asan` runs the tests under ASan+UBSan. See README.md.
+# A thin wrapper over CMake. `make` builds, `make test` builds and runs every test, `make demo` runs
+# the demo, `make deps` installs missing Debian packages, `make asan` runs the tests under
+# ASan+UBSan. See README.md.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
@@ -18,6 +19,12 @@ $(BUILD)/CMakeCache.txt:
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
+
+# Until the training demo exists: the devices kiln finds, and a quick benchmark against same-run references.
+demo: deps
+	@$(MAKE) --no-print-directory build
+	$(BUILD)/tools/kiln devices
+	$(BUILD)/tools/kiln bench --quick
 
 test: deps
 	@$(MAKE) --no-print-directory build

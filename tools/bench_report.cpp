@@ -8,6 +8,8 @@
 namespace kiln {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 // Three significant digits without an exponent: 431, 61.2, 4.07, 0.283.
 std::string number(double v) {
   char text[32];
@@ -61,27 +63,28 @@ std::string column(std::string text, size_t width) {
   return text;
 }
 
-std::string result_line(const BenchResult& r) {
+std::string result_line(const BenchResult& r, int usual_runs) {
   std::string line = column(cat(r.name, "  ", r.size), 46);
   if (!r.kiln) return line + "FAILED: " + r.failure;
   line += figure_text(*r.kiln, r.unit);
   if (std::string comparison = comparison_text(r); !comparison.empty()) line = column(line, 80) + comparison;
   if (r.check) line += r.check->ok ? cat("  output ok (", r.check->detail, ")") : cat("  MISMATCH: ", r.check->detail);
+  if (r.runs != usual_runs) line += cat("  [median of ", r.runs, " runs]");
   for (const std::string& note : r.notes) line += cat("  [", note, "]");
   return line;
 }
 
-nlohmann::json figure_json(const Figure& f) { return {{"median", f.median}, {"min", f.low}, {"max", f.high}}; }
+Json figure_json(const Figure& f) { return {{"median", f.median}, {"min", f.low}, {"max", f.high}}; }
 
 template <typename T>
-nlohmann::json or_null(const std::optional<T>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+Json or_null(const std::optional<T>& value) {
+  return value ? Json(*value) : Json(nullptr);
 }
 
-nlohmann::json result_json(const BenchResult& r) {
-  nlohmann::json j = {{"name", r.name}, {"size", r.size}, {"unit", r.unit}, {"higher_is_better", r.higher_is_better},
-                      {"runs", r.runs}, {"notes", r.notes}};
-  j["kiln"] = r.kiln ? figure_json(*r.kiln) : nlohmann::json(nullptr);
+Json result_json(const BenchResult& r) {
+  Json j = {{"name", r.name}, {"size", r.size}, {"unit", r.unit}, {"higher_is_better", r.higher_is_better},
+            {"runs", r.runs}, {"notes", r.notes}};
+  j["kiln"] = r.kiln ? figure_json(*r.kiln) : Json(nullptr);
   if (!r.failure.empty()) j["failure"] = r.failure;
   if (r.reference) {
     j["reference"] = figure_json(*r.reference);
@@ -95,6 +98,13 @@ nlohmann::json result_json(const BenchResult& r) {
   if (r.target_value) j["target"] = {{r.higher_is_better ? "at_least" : "below", *r.target_value}, {"unit", r.unit}};
   j["target_met"] = or_null(target_met(r));
   if (r.check) j["check"] = {{"ok", r.check->ok}, {"detail", r.check->detail}};
+  return j;
+}
+
+// A context line is the machine's figure, not kiln's: just the figure.
+Json context_json(const BenchResult& r) {
+  Json j = {{"name", r.name}, {"size", r.size}, {"unit", r.unit}, {"runs", r.runs}};
+  if (r.kiln) j.update(figure_json(*r.kiln));
   return j;
 }
 
@@ -117,19 +127,19 @@ void print_text(const BenchReport& report, std::ostream& out) {
   out << "machine: " << report.machine << '\n';
   out << "references: " << report.references << '\n';
   if (report.quick) out << "quick run: " << report.quick_detail << '\n';
-  for (const BenchResult& r : report.context) out << "context: " << result_line(r) << '\n';
+  for (const BenchResult& r : report.context) out << "context: " << result_line(r, report.runs) << '\n';
   out << '\n';
-  for (const BenchResult& r : report.results) out << result_line(r) << '\n';
+  for (const BenchResult& r : report.results) out << result_line(r, report.runs) << '\n';
 }
 
-nlohmann::json to_json(const BenchReport& report) {
-  nlohmann::json j = {{"device", report.device}, {"device_detail", report.device_detail},
+Json to_json(const BenchReport& report) {
+  Json j = {{"device", report.device}, {"device_detail", report.device_detail},
                       {"machine", report.machine}, {"other_cores_busy", or_null(report.other_cores_busy)},
                       {"references", report.references}, {"quick", report.quick}, {"runs", report.runs}};
   if (report.quick) j["quick_detail"] = report.quick_detail;
-  j["context"] = nlohmann::json::array();
-  for (const BenchResult& r : report.context) j["context"].push_back(result_json(r));
-  j["workloads"] = nlohmann::json::array();
+  j["context"] = Json::array();
+  for (const BenchResult& r : report.context) j["context"].push_back(context_json(r));
+  j["workloads"] = Json::array();
   for (const BenchResult& r : report.results) j["workloads"].push_back(result_json(r));
   return j;
 }

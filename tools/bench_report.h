@@ -61,6 +61,6 @@ struct BenchReport {
 std::optional<double> percent_of_reference(const BenchResult& result);
 
 void print_text(const BenchReport& report, std::ostream& out);
-nlohmann::json to_json(const BenchReport& report);
+nlohmann::ordered_json to_json(const BenchReport& report);
 
 }  // namespace kiln

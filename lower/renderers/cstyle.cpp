@@ -96,15 +96,11 @@ std::string literal(const UOpPtr& u) {
 }
 
 const char* math_fn(Op op) {
-  switch (op) {
-    case Op::SQRT: return "sqrt";
-    case Op::EXP2: return "exp2";
-    case Op::LOG2: return "log2";
-    case Op::SIN: return "sin";
-    case Op::TRUNC: return "trunc";
-    case Op::POW: return "pow";
-    default: return nullptr;
-  }
+  static constexpr std::pair<Op, const char*> kMath[] = {
+      {Op::SQRT, "sqrt"}, {Op::EXP2, "exp2"}, {Op::LOG2, "log2"}, {Op::SIN, "sin"}, {Op::TRUNC, "trunc"}, {Op::POW, "pow"}};
+  for (auto [o, fn] : kMath)
+    if (o == op) return fn;
+  throw_internal("math_fn() is called for the math primitives", std::string(op_name(op)), __FILE__, __LINE__);
 }
 
 std::string format(const std::string& pattern, const std::string& a, int b = 0, const std::string& c = "", int d = 0) {
@@ -210,8 +206,15 @@ class Renderer {
         if (is_bool(u->dtype)) return "(" + x + "!=0)";
         return "((" + c_type(u->dtype) + ")" + x + ")";
       }
-      default: throw_internal("expr() is called for ALU ops and casts", std::string(op_name(u->op)), __FILE__, __LINE__);
+      case Op::SINK: case Op::NOOP: case Op::CONST: case Op::DEFINE_VAR: case Op::DEVICE: case Op::BUFFER:
+      case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN: case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA:
+      case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD: case Op::SHRINK: case Op::FLIP:
+      case Op::DEFINE_GLOBAL: case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::INDEX: case Op::LOAD: case Op::STORE:
+      case Op::RANGE: case Op::END: case Op::REDUCE: case Op::SPECIAL: case Op::BARRIER: case Op::IF: case Op::ENDIF:
+      case Op::VECTORIZE: case Op::GEP: case Op::BITCAST:
+        break;
     }
+    throw_internal("expr() is called for ALU ops and casts", std::string(op_name(u->op)), __FILE__, __LINE__);
   }
 
   std::string statement(const UOpPtr& u, std::vector<DType>& buffer_types, int depth) {
@@ -257,7 +260,16 @@ class Renderer {
         std::string v = fresh("cast", u);
         return c_type(u->dtype) + " " + v + "; memcpy(&" + v + ", &" + name(u->src[0]) + ", sizeof(" + v + "));";
       }
-      default: break;
+      case Op::SINK: case Op::NOOP: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY:
+      case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND:
+      case Op::PAD: case Op::SHRINK: case Op::FLIP: case Op::DEFINE_LOCAL: case Op::REDUCE: case Op::BARRIER:
+      case Op::IF: case Op::ENDIF: case Op::VECTORIZE: case Op::GEP:
+        throw_internal("the C renderer handles every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
+      case Op::CAST: case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN:
+      case Op::TRUNC: case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD:
+      case Op::MAX: case Op::MIN: case Op::POW: case Op::CMPLT: case Op::CMPNE: case Op::CMPEQ: case Op::AND:
+      case Op::OR: case Op::XOR: case Op::SHL: case Op::SHR: case Op::WHERE: case Op::MULACC:
+        break;
     }
     if (updates_.count(u.get())) {  // an accumulator update: its expression goes into the ASSIGN
       names_[u.get()] = expr(u);
