@@ -33,7 +33,8 @@ class RangeMap {
       if (u->op == Op::RANGE) add({u.get()});
       if (u->op == Op::END || u->op == Op::REDUCE) {  // the ranges an END or REDUCE closes are not open after it
         RangeSet closed;
-        for (size_t i = 1; i < u->src.size(); ++i) closed.push_back(u->src[i].get());
+        for (size_t i = 1; i < u->src.size(); ++i)
+          if (u->src[i]->op == Op::RANGE) closed.push_back(u->src[i].get());
         std::sort(closed.begin(), closed.end());
         RangeSet left;
         std::set_difference(out.begin(), out.end(), closed.begin(), closed.end(), std::back_inserter(left));
@@ -107,6 +108,8 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
 }
 
 UOpPtr close_loops(const UOpPtr& sink) {
+  // Stores that run in the same loops share one END(store, store..., ranges...): each range has one END.
+  std::vector<std::pair<std::vector<UOpPtr>, std::vector<UOpPtr>>> groups;  // (ranges, stores)
   std::vector<UOpPtr> src;
   for (const UOpPtr& store : sink->src) {
     std::vector<UOpPtr> open = ranges_of(store);
@@ -114,7 +117,12 @@ UOpPtr close_loops(const UOpPtr& sink) {
       src.push_back(store);
       continue;
     }
-    std::vector<UOpPtr> end_src{store};
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == open; });
+    if (it == groups.end()) groups.push_back({open, {store}});
+    else it->second.push_back(store);
+  }
+  for (auto& [open, stores] : groups) {
+    std::vector<UOpPtr> end_src = stores;
     end_src.insert(end_src.end(), open.begin(), open.end());
     src.push_back(UOp::make(Op::END, dtypes::void_, end_src));
   }
@@ -153,8 +161,14 @@ class Linearizer {
       if (u->op != Op::END || u->src.size() < 2) continue;
       const UOp* parent = deepest(ranges_.of(u));
       for (size_t i = 1; i < u->src.size(); ++i) {
+        if (u->src[i]->op != Op::RANGE) continue;  // END(value, value..., ranges...)
         const UOp* r = u->src[i].get();
-        KILN_ASSERT(!parent_.count(r), "each range is closed by one END: ", str(u->src[i]));
+        // Copies of a reduction (after UPCAST) share its ranges: one loop runs all their updates.
+        if (auto seen = parent_.find(r); seen != parent_.end()) {
+          KILN_ASSERT(seen->second == parent, "every END of a range closes it in the same enclosing loop: ", str(u->src[i]));
+          parent = r;
+          continue;
+        }
         parent_[r] = parent;
         depth_[r] = parent == nullptr ? 1 : depth_.at(parent) + 1;
         parent = r;
@@ -207,7 +221,11 @@ class Linearizer {
       std::unordered_set<const UOp*> deps;
       std::function<void(const UOp*)> depend = [&](const UOp* s) {
         // A graph END stands for the loop it closes: depend on what it ended.
-        if (s->op == Op::END && s->src.size() > 1) return depend(s->src[0].get());
+        if (s->op == Op::END && s->src.size() > 1) {
+          for (const UOpPtr& v : s->src)
+            if (v->op != Op::RANGE) depend(v.get());
+          return;
+        }
         const UOp* d = item_in(block, s);
         if (d != nullptr && d != item && item_set.count(d)) deps.insert(d);
       };

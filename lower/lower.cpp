@@ -51,6 +51,38 @@ UOpPtr apply_thread_opt(const UOpPtr& sink, const DeviceSpec& spec, LaunchDims& 
   return substitute(sink, {{r.get(), special}});
 }
 
+// UPCAST: the output loop `r` runs `amount` times fewer iterations, each computing `amount`
+// neighbouring outputs (r = r'*amount + i, one copy of the stores per i). Interning shares what the
+// copies have in common, so the copies of a matmul share their loads of the other operand, and each
+// output keeps its own accumulator: register tiling, which the C compiler then vectorizes.
+UOpPtr upcast(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
+  int64_t n = r->end()->vmax();
+  UOpPtr outer = range(r->axis_id(), const_int(n / amount, r->dtype));
+  std::vector<UOpPtr> stores;
+  for (int64_t i = 0; i < amount; ++i) {
+    UOpPtr at = outer * const_int(amount, r->dtype) + const_int(i, r->dtype);
+    for (const UOpPtr& store : sink->src) stores.push_back(substitute(store, {{r.get(), at}}));
+  }
+  return graph_rewrite(sink->with_src(stores), pm_symbolic(), nullptr, "upcast");
+}
+
+// The default heuristic for reductions with at least two output loops (matmul, conv): a 4 x 8 tile of
+// outputs per iteration, on the last two output loops where their sizes allow.
+UOpPtr apply_upcast_opt(const UOpPtr& sink) {
+  bool reduces = false;
+  for (const UOpPtr& u : toposort(sink)) reduces |= u->op == Op::REDUCE;
+  if (!reduces || sink->src.size() != 1) return sink;
+  std::vector<UOpPtr> outputs = ranges_of(sink->src[0]->src[0]);
+  if (outputs.size() < 2) return sink;
+  UOpPtr out = sink;
+  const UOpPtr &last = outputs.back(), &second = outputs[outputs.size() - 2];
+  if (last->end()->vmax() % 16 == 0 && last->end()->vmax() >= 32) out = upcast(out, last, 16);
+  else if (last->end()->vmax() % 8 == 0 && last->end()->vmax() >= 16) out = upcast(out, last, 8);
+  if (second->end()->vmax() % 8 == 0 && second->end()->vmax() >= 16) out = upcast(out, second, 8);
+  else if (second->end()->vmax() % 4 == 0 && second->end()->vmax() >= 8) out = upcast(out, second, 4);
+  return out;
+}
+
 }  // namespace
 
 LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec) {
@@ -58,6 +90,7 @@ LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec) {
   LoweredKernel k;
   k.name = kernel_name(ast);
   UOpPtr sink = graph_rewrite(ast, pm_symbolic(), nullptr, "simplify");
+  sink = apply_upcast_opt(sink);
   sink = apply_thread_opt(sink, spec, k.dims);
   sink = lower_reduces(sink);
   sink = close_loops(sink);

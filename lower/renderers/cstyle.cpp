@@ -134,6 +134,9 @@ class Renderer {
       if (u->op == Op::SPECIAL) threaded = true;
       if (u->op == Op::ASSIGN) updates_.insert(u->src[1].get());  // rendered inside the ASSIGN
     }
+    // One accumulator: let the compiler vectorize its loop by reassociating. Several (an upcast tile):
+    // they already are the parallel work, and vectorizing the reduce loop would gather strided loads.
+    single_accumulator_ = updates_.size() == 1;
     if (threaded) depth = 2;
     for (const UOpPtr& u : linear) {
       std::string line = statement(u, buffer_types, depth);
@@ -252,7 +255,8 @@ class Renderer {
       }
       case Op::ASSIGN: {
         const UOpPtr& update = u->src[1];
-        bool reassociate = !lang_.reassociate.empty() && is_float(u->dtype) && (update->op == Op::ADD || update->op == Op::MUL);
+        bool reassociate = single_accumulator_ && !lang_.reassociate.empty() && is_float(u->dtype) &&
+                           (update->op == Op::ADD || update->op == Op::MUL);
         std::string assign = name(u->src[0]) + " = " + name(update) + ";";
         return reassociate ? "{ " + lang_.reassociate + assign + " }" : assign;
       }
@@ -285,6 +289,7 @@ class Renderer {
   const CStyleLanguage& lang_;
   std::unordered_map<const UOp*, std::string> names_;
   std::unordered_set<const UOp*> updates_;
+  bool single_accumulator_ = false;
   int counter_ = 0;
 };
 
