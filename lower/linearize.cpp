@@ -21,6 +21,7 @@ using RangeSet = std::vector<const UOp*>;  // sorted by pointer, for set operati
 class RangeMap {
  public:
   const RangeSet& of(const UOpPtr& root) {
+    if (auto hit = memo_.find(root.get()); hit != memo_.end()) return hit->second;
     for (const UOpPtr& u : toposort(root)) {
       if (memo_.count(u.get())) continue;
       RangeSet out;
