@@ -17,30 +17,35 @@ std::atomic<int64_t> g_next_buffer_id{1};
 std::atomic<size_t> g_lowered{0}, g_launched{0};
 
 // Nodes realized earlier, so later graphs that contain them read the buffer instead of recomputing.
+// Both sides are weak: the map never keeps a buffer (or a graph) alive, so an output tensor's memory
+// goes back to the device's cache as soon as the last tensor using it is gone.
 class RealizedMap {
  public:
   UOpPtr find(const UOpPtr& u) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(u.get());
     if (it == map_.end()) return nullptr;
-    if (it->second.first.expired()) {  // the node died and its address was reused
+    UOpPtr key = it->second.first.lock(), buffer = it->second.second.lock();
+    if (key != u || buffer == nullptr) {  // the node died (its address reused) or the buffer did
       map_.erase(it);
       return nullptr;
     }
-    return it->second.second;
+    return buffer;
   }
   void add(const UOpPtr& u, const UOpPtr& buffer) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (map_.size() > 4096) prune();
+    if (++adds_ % 256 == 0) prune();
     map_[u.get()] = {u, buffer};
   }
 
  private:
   void prune() {
-    for (auto it = map_.begin(); it != map_.end();) it = it->second.first.expired() ? map_.erase(it) : std::next(it);
+    for (auto it = map_.begin(); it != map_.end();)
+      it = it->second.first.expired() || it->second.second.expired() ? map_.erase(it) : std::next(it);
   }
   std::mutex mu_;
-  std::unordered_map<const UOp*, std::pair<std::weak_ptr<const UOp>, UOpPtr>> map_;
+  size_t adds_ = 0;
+  std::unordered_map<const UOp*, std::pair<std::weak_ptr<const UOp>, std::weak_ptr<const UOp>>> map_;
 };
 
 RealizedMap& realized_map() {

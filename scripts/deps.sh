@@ -13,10 +13,12 @@ catch2
 nlohmann-json3-dev
 libcli11-dev
 clang
+libopenblas-dev
 "
 # cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
 # (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
 # device's kernel compiler (gcc works too, but does not vectorize at -O2).
+# libopenblas-dev: the sgemm reference of `kiln bench` (dlopen'ed at run time; optional there).
 
 missing=""
 for pkg in $PACKAGES; do

@@ -1,6 +1,7 @@
 // End-to-end: lazy tensors -> schedule -> lowered C -> CPU kernels, checked against plain loops.
 #include <cmath>
 
+#include "devices/device.h"
 #include "frontend/tensor.h"
 #include "helpers.h"
 
@@ -46,4 +47,15 @@ TEST_CASE("softmax and matmul", "[tensor]") {
   }
   Tensor b = Tensor::from_vector<float>({1, 0, 0, 1, 1, 1}, {3, 2});
   CHECK(a.matmul(b).to_vector<float>() == std::vector<float>{4, 5, 10, 11});
+}
+
+TEST_CASE("an output's memory returns to the device cache when its last tensor is gone", "[tensor]") {
+  Tensor probe = Tensor::ones({1});
+  Device& device = get_device(probe.device());
+  size_t before = device.cached_bytes();
+  {
+    Tensor big = (Tensor::ones({1 << 20}) * 2.0).realize();
+    CHECK(big.to_vector<float>()[12345] == 2.0f);
+  }
+  CHECK(device.cached_bytes() >= before + (size_t{4} << 20));
 }

@@ -7,21 +7,16 @@
 //   the output lands in memory an earlier run used, since the device caches freed buffers, so first touch
 //   of a fresh output is not timed either. A timed run that still got fresh output memory is noted;
 // - kiln and the reference alternate run by run, so drift in memory bandwidth (up to 40% here) hits both;
-// - a figure is the median of the timed runs, with [min..max] over them beside it.
+//   a short timed run follows an untimed one of the same side (see kPrimeBelowSeconds);
+// - a figure is the median of the timed runs (more of them for fast workloads), with [min..max] beside it.
 #include "bench.h"
-
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -29,14 +24,13 @@
 #include <set>
 #include <thread>
 
+#include "bench_measure.h"
 #include "bench_reference.h"
 #include "bench_report.h"
 #include "frontend/realize.h"
 #include "frontend/tensor.h"
 #include "lower/lower.h"
 #include "uop/config.h"
-#include "uop/hash.h"
-#include "uop/thread_pool.h"
 
 namespace kiln {
 
@@ -57,73 +51,47 @@ Memory bandwidth here drifts between runs: compare figures within one run, not a
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace bench;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Sizes and run counts. Quick keeps the memory-bound sizes (smaller arrays would sit in cache and measure
-// something else) and cuts runs, the matmul and the call counts.
+// Sizes and run counts, and what was changed from the full run's and why.
 struct Plan {
-  bool quick = false;
   int runs = 7;                 // timed warm runs per workload
   int min_runs = 5;             // for a workload whose warm run takes longer than slow_run_s
   double slow_run_s = 2.0;
+  double timed_seconds = 0.2;   // kiln's timed runs of a fast workload add up to about this (up to 51 runs)
   int64_t n = int64_t(16) << 20;                      // elements of the elementwise, sum and triad arrays
   int64_t softmax_rows = 4096, softmax_cols = 4096;   // rows * cols == n: softmax reuses the same arrays
   int64_t matmul = 1024;
   int overhead_calls = 200;     // timed realizes of the 200-op graph
   int new_kernels = 5;          // kernels compiled for the compile-time figure
   int64_t fma_iterations = 50'000'000;
+  std::vector<std::string> changes;
 };
 
-Plan make_plan(bool quick) {
+Plan make_plan(bool quick, const DeviceSpec& spec) {
   Plan plan;
-  if (!quick) return plan;
-  plan.quick = true;
-  plan.runs = plan.min_runs = 3;
-  plan.matmul = 512;
-  plan.overhead_calls = 50;
-  plan.new_kernels = 3;
-  plan.fma_iterations = 20'000'000;
-  return plan;
-}
-
-std::string quick_detail(const Plan& quick, const Plan& full) {
-  return cat(quick.runs, " timed runs per workload instead of ", full.runs, ", matmul ", quick.matmul, "^3 instead of ",
-             full.matmul, "^3, ", quick.overhead_calls, " realize calls instead of ", full.overhead_calls, ", ",
-             quick.new_kernels, " new kernels instead of ", full.new_kernels, "; figures are rougher than a full run's");
-}
-
-// Host memory for the references' inputs and outputs: mapped once with huge pages hinted, because first
-// touch of 4 KiB pages costs ~15 us each here (NOTES.md).
-class HostArray {
- public:
-  explicit HostArray(int64_t n) : n_(n), bytes_(size_t(n) * sizeof(float)) {
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw Error(cat("kiln bench: cannot map ", bytes_, " bytes of host memory: ", std::strerror(errno)));
-    madvise(p, bytes_, MADV_HUGEPAGE);  // only a hint: without transparent huge pages it is slower, not wrong
-    data_ = static_cast<float*>(p);
+  if (quick) {
+    // The memory-bound sizes stay: smaller arrays would sit in cache and measure something else.
+    plan.runs = plan.min_runs = 3;
+    plan.timed_seconds = 0.05;
+    plan.matmul = 512;
+    plan.overhead_calls = 50;
+    plan.new_kernels = 3;
+    plan.fma_iterations = 20'000'000;
+    plan.changes.push_back("quick: 3 timed runs per workload instead of 7 (or more for fast ones), matmul 512^3 instead of 1024^3, 50 realize "
+                           "calls instead of 200, 3 new kernels instead of 5; figures are rougher than a full run's");
   }
-  ~HostArray() { munmap(data_, bytes_); }
-  HostArray(const HostArray&) = delete;
-  HostArray& operator=(const HostArray&) = delete;
-
-  float* data() const { return data_; }
-  int64_t size() const { return n_; }
-
- private:
-  int64_t n_;
-  size_t bytes_;
-  float* data_ = nullptr;
-};
-
-// Deterministic values in [-1, 1), filled on every core.
-void fill_uniform(HostArray& array, uint64_t seed) {
-  float* data = array.data();
-  int64_t n = array.size(), grain = std::max<int64_t>(1, n / int64_t(default_pool().size() + 1));
-  default_pool().parallel_for(0, n, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) data[i] = float(hash_combine(seed, uint64_t(i)) >> 40) * 0x1p-23f - 1.0f;
-  }, grain);
+  if (spec.lang == Language::UOps) {
+    // An interpreter would take minutes per run at the full sizes (REF: ~3 s for 16M elements, ~3 min
+    // for a 1024^3 matmul). The arrays then fit in cache, so the references' figures are cache-bound.
+    plan.n = int64_t(1) << 18;
+    plan.softmax_rows = plan.softmax_cols = 512;
+    plan.matmul = 128;
+    plan.changes.push_back(cat(spec.name, " interprets its kernels (linear UOps): sizes cut 64x (256K elements, "
+                               "softmax 512x512, matmul 128^3) so the run ends; they fit in cache, so the ratios say "
+                               "how fast the interpreter is, nothing about compiled kernels"));
+  }
+  return plan;
 }
 
 Tensor upload(HostArray& array, uint64_t seed) {
@@ -159,59 +127,18 @@ void copy_to_host(Tensor& t, float* dst) {
   std::copy(values.begin(), values.end(), dst);
 }
 
-std::string short_number(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.3g", v);
-  return text;
-}
+// A run of a few milliseconds is at the mercy of who ran last. Threads asleep take a while to wake (here,
+// idle virtual CPUs take milliseconds), so a short timed run comes right after an untimed run of the same
+// side, for kiln and the reference alike. And libgomp's workers spin for milliseconds after a parallel
+// region (OpenBLAS's yield as they spin), taking a core from whoever runs next, so kiln's turn starts
+// after a pause that outlasts the spinning.
+constexpr double kPrimeBelowSeconds = 0.25;
 
-// Every element within atol + rtol * |reference|; NaN matches nothing.
-Check compare(const float* got, const float* want, int64_t n, double atol, double rtol) {
-  int64_t bad = 0, worst = 0;
-  double max_diff = 0, worst_excess = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    double diff = std::fabs(double(got[i]) - double(want[i])), allowed = atol + rtol * std::fabs(double(want[i]));
-    if (diff <= allowed) {
-      max_diff = std::max(max_diff, diff);
-      continue;
-    }
-    ++bad;
-    double excess = std::isnan(diff) ? INFINITY : diff - allowed;
-    if (excess > worst_excess) worst_excess = excess, worst = i;
-  }
-  if (bad == 0) return {true, cat("max |diff| ", short_number(max_diff))};
-  return {false, cat(bad, " of ", n, " values differ by more than ", atol, " + ", rtol, " x |reference|; worst at [", worst,
-                     "]: kiln ", got[worst], ", reference ", want[worst])};
-}
-
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t m = values.size() / 2;
-  return values.size() % 2 ? values[m] : (values[m - 1] + values[m]) / 2;
-}
-
-// `amount` (bytes or flops, scaled to the unit) per second: the slowest run gives the low end.
-Figure rate(const std::vector<double>& seconds, double amount) {
-  auto [fastest, slowest] = std::minmax_element(seconds.begin(), seconds.end());
-  return {amount / median_of(seconds), amount / *slowest, amount / *fastest};
-}
-
-// Seconds, scaled to the unit (1e6 for us).
-Figure duration(const std::vector<double>& seconds, double scale) {
-  auto [fastest, slowest] = std::minmax_element(seconds.begin(), seconds.end());
-  return {median_of(seconds) * scale, *fastest * scale, *slowest * scale};
-}
-
-void settle(std::chrono::milliseconds time) { std::this_thread::sleep_for(time); }
-
-// After a reference run, libgomp's and OpenBLAS's workers spin a while before they sleep; on 2 cores that
-// would slow kiln's next run, so each reference run is followed by a pause that is not timed.
-constexpr std::chrono::milliseconds kOpenMpSettle{20}, kOpenBlasSettle{300};
+void let_reference_threads_sleep() { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }
 
 struct Comparison {
-  std::function<Tensor()> graph;       // kiln's side: built anew each run over inputs made once
-  std::function<void()> reference;     // writes the reference's output; empty: no reference
-  std::chrono::milliseconds settle = kOpenMpSettle;
+  std::function<Tensor()> graph;    // kiln's side: built anew each run over inputs made once
+  std::function<void()> reference;  // writes the reference's output; empty: no reference
 };
 
 struct Timings {
@@ -241,20 +168,22 @@ Timings time_comparison(const Plan& plan, const Comparison& c) {
   double warm = kiln_run();  // compiles
   // Warm up until the output lands in memory an earlier run used. A run of seconds (compiling included) is
   // not worth repeating for that: first touch of its output is noise beside it.
-  for (int extra = 0; extra < 3 && fresh && warm < 2 * plan.slow_run_s; ++extra) warm = kiln_run();
-  int runs = warm > plan.slow_run_s ? plan.min_runs : plan.runs;
-  if (c.reference) {
-    c.reference();
-    settle(c.settle);
-  }
+  for (int extra = 0; extra < 3 && (extra == 0 || fresh) && warm < 2 * plan.slow_run_s; ++extra) warm = kiln_run();
+  // Runs of a millisecond or two are many: a median of a handful would be one stall away from another.
+  int runs = warm > plan.slow_run_s ? plan.min_runs : std::clamp(int(plan.timed_seconds / warm), plan.runs, 51);
+  bool prime_kiln = warm < kPrimeBelowSeconds, prime_reference = true;
   for (int i = 0; i < runs; ++i) {
+    if (prime_kiln) kiln_run();
     t.kiln.push_back(kiln_run());
     t.fresh_outputs += fresh ? 1 : 0;
+    prime_kiln = t.kiln.back() < kPrimeBelowSeconds;
     if (!c.reference) continue;
+    if (prime_reference) c.reference();
     auto start = Clock::now();
     c.reference();
     t.reference.push_back(seconds_since(start));
-    settle(c.settle);
+    prime_reference = t.reference.back() < kPrimeBelowSeconds;
+    let_reference_threads_sleep();
   }
   return t;
 }
@@ -303,14 +232,14 @@ std::string millions(int64_t n) { return n % (int64_t(1) << 20) == 0 ? cat(n >> 
 BenchResult fma_peak(const Plan& plan, const CReference& ref) {
   BenchResult r = result("FMA peak", cat(ref.threads(), " threads, C/OpenMP"), "GFLOP/s");
   float checksum = 0;
-  double flops = ref.fma_peak(plan.fma_iterations / 10, &checksum) * 10;  // warm-up: wakes the threads and clocks
+  ref.fma_peak(plan.fma_iterations / 10, &checksum);  // warm-up: wakes the threads and the clocks
   std::vector<double> seconds;
+  double flops = 0;
   for (int i = 0; i < plan.runs; ++i) {
     auto start = Clock::now();
-    ref.fma_peak(plan.fma_iterations, &checksum);
+    flops = ref.fma_peak(plan.fma_iterations, &checksum);
     seconds.push_back(seconds_since(start));
   }
-  settle(kOpenMpSettle);
   r.runs = plan.runs;
   r.kiln = rate(seconds, flops * 1e-9);
   return r;
@@ -325,7 +254,6 @@ BenchResult triad(const Plan& plan, Inputs& in, const CReference& ref) {
     ref.triad(in.out.data(), in.b.data(), in.c.data(), 3.0f, plan.n);
     seconds.push_back(seconds_since(start));
   }
-  settle(kOpenMpSettle);
   r.runs = plan.runs;
   r.kiln = rate(seconds, 12.0 * double(plan.n) * 1e-9);
   return r;
@@ -334,8 +262,8 @@ BenchResult triad(const Plan& plan, Inputs& in, const CReference& ref) {
 // --- the workloads ---------------------------------------------------------------------------------
 
 void elementwise(BenchResult& r, const Plan& plan, Inputs& in, const CReference& ref) {
-  Timings t = time_comparison(plan, {[&] { return (in.ka * in.kb + in.kc).relu(); },
-                                     [&] { ref.relu_fma(in.a.data(), in.b.data(), in.c.data(), in.out.data(), plan.n); }});
+  auto reference = [&] { ref.relu_fma(in.a.data(), in.b.data(), in.c.data(), in.out.data(), plan.n); };
+  Timings t = time_comparison(plan, {[&] { return (in.ka * in.kb + in.kc).relu(); }, reference});
   record(r, t, 16.0 * double(plan.n) * 1e-9);  // a, b, c read and the output written, 4 bytes each
   copy_to_host(*t.output, in.got.data());
   r.check = compare(in.got.data(), in.out.data(), plan.n, 1e-6, 1e-5);
@@ -347,7 +275,10 @@ void sum(BenchResult& r, const Plan& plan, Inputs& in, const CReference& ref) {
   record(r, t, 4.0 * double(plan.n) * 1e-9);
   float got = t.output->item<float>();
   double exact = 0, magnitude = 0;
-  for (int64_t i = 0; i < plan.n; ++i) exact += in.a.data()[i], magnitude += std::fabs(in.a.data()[i]);
+  for (int64_t i = 0; i < plan.n; ++i) {
+    exact += in.a.data()[i];
+    magnitude += std::fabs(in.a.data()[i]);
+  }
   // Both sides add floats in their own order: allow what float accumulation over sum|a| can lose.
   double allowed = 1e-5 * magnitude;
   std::string values = cat("kiln ", got, ", reference ", reference, ", exact (double) ", exact);
@@ -370,7 +301,7 @@ void matmul(BenchResult& r, const Plan& plan, Inputs& in, const OpenBlas& blas) 
   const float *a = in.a.data(), *b = in.b.data();  // the first m*m elements of the shared arrays
   float* c = in.out.data();
   Tensor ka = Tensor::from_raw(a, dtypes::float32, {m, m}), kb = Tensor::from_raw(b, dtypes::float32, {m, m});
-  Comparison comparison{[&] { return ka.matmul(kb); }, nullptr, kOpenBlasSettle};
+  Comparison comparison{[&] { return ka.matmul(kb); }, nullptr};
   if (blas.sgemm) {
     comparison.reference = [&] {
       blas.sgemm(OpenBlas::kRowMajor, OpenBlas::kNoTrans, OpenBlas::kNoTrans, m, m, m, 1.0f, a, m, b, m, 0.0f, c, m);
@@ -457,7 +388,7 @@ class FreshCacheDir {
   FreshCacheDir() : saved_(config().cache_dir) {
     std::string pattern = (std::filesystem::temp_directory_path() / "kiln-bench-cache-XXXXXX").string();
     if (!mkdtemp(pattern.data()))
-      throw Error(cat("kiln bench: cannot create a temporary cache directory ", pattern, ": ", std::strerror(errno),
+      throw Error(cat("bench: cannot create a temporary cache directory ", pattern, ": ", std::strerror(errno),
                       "; set TMPDIR to a writable directory"));
     path_ = pattern;
     config().cache_dir = path_;
@@ -518,70 +449,33 @@ void new_kernel(BenchResult& r, const Plan& plan) {
   r.runs = plan.new_kernels;
   r.higher_is_better = false;
   r.kiln = duration(per_kernel, 1e3);
-  r.notes.push_back(cat("lowering ", short_number(median_of(lowering) * 1e3), " ms of it; the rest is compiling, loading ",
-                        "and running; compiled into an empty cache directory"));
+  r.notes.push_back(cat("lowering ", short_number(median_of(lowering) * 1e3), " ms of it; the rest is compiling, ",
+                        "loading and running; compiled into an empty cache directory"));
 }
-
-// Other processes on the cores (a build, a test run) slow both sides, and unevenly: an OpenMP loop whose
-// thread is preempted waits for it at the barrier. So the run measures how busy the others kept the cores:
-// all busy time (/proc/stat) minus this process's and its compilers' (getrusage).
-class OtherLoad {
- public:
-  OtherLoad() : start_(Clock::now()), busy_(machine_busy_seconds()), own_(own_seconds()) {}
-
-  // Cores the other processes kept busy on average since construction; nullopt without /proc/stat.
-  std::optional<double> cores() const {
-    std::optional<double> busy = machine_busy_seconds();
-    if (!busy || !busy_) return std::nullopt;
-    return std::max(0.0, (*busy - *busy_ - (own_seconds() - own_))) / seconds_since(start_);
-  }
-
- private:
-  static std::optional<double> machine_busy_seconds() {
-    std::ifstream in("/proc/stat");
-    std::string label;
-    double ticks[8] = {0};  // user nice system idle iowait irq softirq steal
-    if (!(in >> label) || label != "cpu") return std::nullopt;
-    for (double& t : ticks) in >> t;
-    if (!in) return std::nullopt;
-    double busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7];
-    return busy / double(sysconf(_SC_CLK_TCK));
-  }
-  static double own_seconds() {
-    auto seconds = [](int who) {
-      rusage usage{};
-      getrusage(who, &usage);
-      return double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + 1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-    };
-    return seconds(RUSAGE_SELF) + seconds(RUSAGE_CHILDREN);  // children: the C compilers, once waited for
-  }
-
-  Clock::time_point start_;
-  std::optional<double> busy_;
-  double own_;
-};
 
 std::string machine_text(const OtherLoad& load, std::optional<double>& cores_busy) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   cores_busy = load.cores();
   if (!cores_busy) return cat(cores, " cores");
-  std::string text = cat(cores, " cores; other processes kept ", short_number(*cores_busy), " of them busy during the run");
-  if (*cores_busy > 0.2) text += " (so figures are noisy, and ratios skewed: an OpenMP barrier waits for a preempted thread)";
+  std::string text =
+      cat(cores, " cores; other processes kept ", short_number(*cores_busy), " of them busy during the run");
+  if (*cores_busy > 0.2)
+    text += " (so figures are noisy, and ratios skewed: an OpenMP barrier waits for a preempted thread)";
   return text;
 }
 
 }  // namespace
 
 void run_bench(const BenchOptions& options) {
-  const Plan plan = make_plan(options.quick);
+  const DeviceSpec& spec = get_device(default_device_name()).spec();
+  const Plan plan = make_plan(options.quick, spec);
   BenchReport report;
-  report.quick = plan.quick;
-  if (plan.quick) report.quick_detail = quick_detail(plan, make_plan(false));
+  report.quick = options.quick;
+  report.changes = plan.changes;
   report.runs = plan.runs;
-  Device& device = get_device(default_device_name());
-  const DeviceSpec& spec = device.spec();
   report.device = spec.name;
-  report.device_detail = cat(spec.arch, ", ", spec.compiler, ", ", spec.threads, " threads");
+  report.device_detail =
+      cat(spec.arch, ", ", spec.compiler, ", ", spec.threads, spec.threads == 1 ? " thread" : " threads");
 
   OtherLoad other_load;
 
@@ -606,7 +500,8 @@ void run_bench(const BenchOptions& options) {
   add(compared("matmul", cat(plan.matmul, "^3 float32"), "GFLOP/s", cat("OpenBLAS sgemm, core ", blas.core), 30),
       [&](BenchResult& r) { matmul(r, plan, in, blas); });
   add(result("realize, compiled 200-op graph", "16 float32", "us"), [&](BenchResult& r) { realize_overhead(r, plan); });
-  add(result("first realize of a new kernel", "16x16 exp+sum", "ms/kernel"), [&](BenchResult& r) { new_kernel(r, plan); });
+  add(result("first realize of a new kernel", "16x16 exp+sum", "ms/kernel"),
+      [&](BenchResult& r) { new_kernel(r, plan); });
 
   report.machine = machine_text(other_load, report.other_cores_busy);
   if (options.json) {
@@ -615,7 +510,7 @@ void run_bench(const BenchOptions& options) {
     print_text(report, std::cout);
   }
   if (size_t failed = report.failures(); failed > 0)
-    throw Error(cat("kiln bench: ", failed, " workload", failed == 1 ? "" : "s",
+    throw Error(cat("bench: ", failed, " workload", failed == 1 ? "" : "s",
                     " failed or gave a wrong result (FAILED or MISMATCH above); the figures for ",
                     failed == 1 ? "it mean" : "them mean", " nothing until that is fixed"));
 }

@@ -52,7 +52,7 @@ int run_logged(const std::vector<std::string>& argv, const std::filesystem::path
   pid_t pid = 0;
   int failed = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (failed != 0) throw Error(cat("kiln bench: cannot run ", argv[0], ": ", std::strerror(failed), "; ", kInstallHint));
+  if (failed != 0) throw Error(cat("bench: cannot run ", argv[0], ": ", std::strerror(failed), "; ", kInstallHint));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -65,7 +65,7 @@ struct TempDir {
   TempDir() {
     std::string pattern = (std::filesystem::temp_directory_path() / "kiln-bench-XXXXXX").string();
     if (!mkdtemp(pattern.data()))
-      throw Error(cat("kiln bench: cannot create a temporary directory ", pattern, ": ", std::strerror(errno),
+      throw Error(cat("bench: cannot create a temporary directory ", pattern, ": ", std::strerror(errno),
                       "; set TMPDIR to a writable directory"));
     path = pattern;
   }
@@ -78,7 +78,8 @@ struct TempDir {
 template <typename Fn>
 void bind(void* library, const char* name, Fn& fn) {
   fn = reinterpret_cast<Fn>(dlsym(library, name));
-  if (!fn) throw Error(cat("kiln bench: the compiled references have no function ", name, " (bench_reference.c defines it)"));
+  if (!fn)
+    throw Error(cat("bench: the compiled references have no function ", name, " (bench_reference.c defines it)"));
 }
 
 }  // namespace
@@ -91,7 +92,8 @@ CReference CReference::build() {
   std::ofstream out(source);
   out << kBenchReferenceSource;
   out.close();
-  if (!out) throw Error(cat("kiln bench: cannot write ", source.string(), " (disk full?); set TMPDIR to a writable directory"));
+  if (!out)
+    throw Error(cat("bench: cannot write ", source.string(), " (disk full?); set TMPDIR to a writable directory"));
 
   std::string version = "gcc";
   if (run_logged({"gcc", "-dumpfullversion"}, log) == 0) {
@@ -102,11 +104,11 @@ CReference CReference::build() {
   argv.insert(argv.end(), kReferenceFlags.begin(), kReferenceFlags.end());
   argv.insert(argv.end(), {"-shared", "-fPIC", source.string(), "-o", library.string(), "-lm"});
   if (run_logged(argv, log) != 0)
-    throw Error(cat("kiln bench: compiling the C/OpenMP references failed:\n$ ", join(argv), "\n", read_text(log),
+    throw Error(cat("bench: compiling the C/OpenMP references failed:\n$ ", join(argv), "\n", read_text(log),
                     "(the references need gcc with OpenMP; ", kInstallHint, ")"));
 
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);  // stays mapped after the directory is removed
-  if (!handle) throw Error(cat("kiln bench: loading the compiled C/OpenMP references failed: ", dlerror()));
+  if (!handle) throw Error(cat("bench: loading the compiled C/OpenMP references failed: ", dlerror()));
   CReference ref;
   bind(handle, "ref_threads", ref.threads);
   bind(handle, "ref_relu_fma", ref.relu_fma);
@@ -123,7 +125,8 @@ OpenBlas OpenBlas::load() {
   OpenBlas blas;
   void* handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    blas.problem = cat("dlopen(\"libopenblas.so.0\") failed: ", dlerror(), "; install it with apt-get install libopenblas-dev");
+    blas.problem =
+        cat("dlopen(\"libopenblas.so.0\") failed: ", dlerror(), "; install it with apt-get install libopenblas-dev");
     return blas;
   }
   blas.sgemm = reinterpret_cast<Sgemm>(dlsym(handle, "cblas_sgemm"));

@@ -12,8 +12,15 @@ using Json = nlohmann::ordered_json;
 
 // Three significant digits without an exponent: 431, 61.2, 4.07, 0.283.
 std::string number(double v) {
+  const char* format = "%.3g";
+  if (std::fabs(v) >= 100) {
+    format = "%.0f";
+  } else if (std::fabs(v) >= 10) {
+    format = "%.1f";
+  } else if (std::fabs(v) >= 1) {
+    format = "%.2f";
+  }
   char text[32];
-  const char* format = std::fabs(v) >= 100 ? "%.0f" : std::fabs(v) >= 10 ? "%.1f" : std::fabs(v) >= 1 ? "%.2f" : "%.3g";
   std::snprintf(text, sizeof text, format, v);
   return text;
 }
@@ -51,7 +58,8 @@ std::string comparison_text(const BenchResult& r) {
   if (r.target_percent && r.reference)
     parts.push_back(cat("target >= ", percent(*r.target_percent), verdict(target_met(r))));
   if (r.target_value)
-    parts.push_back(cat("target ", r.higher_is_better ? ">= " : "< ", number(*r.target_value), " ", r.unit, verdict(target_met(r))));
+    parts.push_back(cat("target ", r.higher_is_better ? ">= " : "< ", number(*r.target_value), " ", r.unit,
+                        verdict(target_met(r))));
   std::string text;
   for (const std::string& part : parts) text += (text.empty() ? "(" : "; ") + part;
   return text.empty() ? text : text + ")";
@@ -126,7 +134,7 @@ void print_text(const BenchReport& report, std::ostream& out) {
       << " warm runs, [min..max] over them\n";
   out << "machine: " << report.machine << '\n';
   out << "references: " << report.references << '\n';
-  if (report.quick) out << "quick run: " << report.quick_detail << '\n';
+  for (const std::string& change : report.changes) out << "note: " << change << '\n';
   for (const BenchResult& r : report.context) out << "context: " << result_line(r, report.runs) << '\n';
   out << '\n';
   for (const BenchResult& r : report.results) out << result_line(r, report.runs) << '\n';
@@ -136,7 +144,7 @@ Json to_json(const BenchReport& report) {
   Json j = {{"device", report.device}, {"device_detail", report.device_detail},
                       {"machine", report.machine}, {"other_cores_busy", or_null(report.other_cores_busy)},
                       {"references", report.references}, {"quick", report.quick}, {"runs", report.runs}};
-  if (report.quick) j["quick_detail"] = report.quick_detail;
+  j["changes"] = report.changes;
   j["context"] = Json::array();
   for (const BenchResult& r : report.context) j["context"].push_back(context_json(r));
   j["workloads"] = Json::array();

@@ -49,7 +49,7 @@ struct BenchReport {
   std::optional<double> other_cores_busy;  // cores kept busy by other processes, on average over the run
   std::string references;                // what the references are and how they were built
   bool quick = false;
-  std::string quick_detail;              // what quick mode changed
+  std::vector<std::string> changes;      // what differs from the full run's sizes and counts, and why
   int runs = 0;
   std::vector<BenchResult> context;      // FMA peak, triad bandwidth
   std::vector<BenchResult> results;
