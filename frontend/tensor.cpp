@@ -97,9 +97,16 @@ Tensor Tensor::arange(int64_t end, DType dtype, const std::string& device) {
 // --- elementwise -----------------------------------------------------------------------------
 
 Tensor Tensor::scalar_like(double s) const {
-  // A Python-style scalar keeps the tensor's dtype unless it is a float and the tensor is not.
+  // PyTorch's rule for a Python scalar: it keeps the tensor's dtype within its category. A C++ double
+  // that is integral and fits the tensor's integer type acts like a Python int (so a bool tensor goes
+  // to int64); anything else (a fraction, inf, NaN, out of range) acts like a Python float.
   DType d = dtype();
-  if (std::floor(s) != s && !is_float(d)) d = dtypes::default_float;
+  if (!is_float(d)) {
+    bool integral = std::isfinite(s) && std::floor(s) == s;
+    if (!integral) d = dtypes::default_float;
+    else if (is_bool(d)) d = dtypes::int64;
+    else if (s < as_double(lowest(d)) || s > as_double(highest(d))) d = dtypes::default_float;
+  }
   return full(shape(), s, d, device());
 }
 
@@ -172,6 +179,10 @@ Tensor Tensor::sigmoid() const { return in_float([](const Tensor& x) { return ((
 // --- reductions --------------------------------------------------------------------------------
 
 std::vector<int64_t> Tensor::normalize_axes(std::vector<int64_t> axes, const char* name) const {
+  if (ndim() == 0) {  // a scalar accepts axis 0 or -1, as in PyTorch, and has nothing to reduce
+    for (int64_t a : axes) normalize_axis(a, 0, name);
+    return {};
+  }
   if (axes.empty())
     for (int64_t i = 0; i < ndim(); ++i) axes.push_back(i);
   for (int64_t& a : axes) a = normalize_axis(a, ndim(), name);
@@ -190,7 +201,9 @@ Tensor Tensor::reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char
   // PyTorch sums and multiplies bool and integer tensors in int64.
   if ((op == Op::ADD || op == Op::MUL) && !is_float(dtype())) x = cast(dtypes::int64);
   if (is_narrow_float(dtype())) return cast(compute_dtype(dtype())).reduce(op, axes, keepdim, name).cast(dtype());
-  if (numel() == 0 && op != Op::ADD && op != Op::MUL)
+  int64_t reduced = 1;
+  for (int64_t a : axes) reduced *= shape()[static_cast<size_t>(a)];
+  if (reduced == 0 && numel() == 0 && op != Op::ADD && op != Op::MUL)
     throw Error(kiln::cat(name, ": cannot reduce an empty tensor of shape ", shape_str(shape()), " (no identity for ", name, ")"));
   Tensor out = kiln::numel(kept) == 1 && numel() >= kSplitReduceAbove
                    ? x.split_reduce(op).reshape(kept)
@@ -218,7 +231,7 @@ Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const { return reduc
 Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
   if (is_narrow_float(dtype())) return in_float([&](const Tensor& x) { return x.mean(axes, keepdim); });
   Tensor s = cast(to_floating(dtype())).sum(axes, keepdim);
-  return s * (static_cast<double>(s.numel()) / static_cast<double>(std::max<int64_t>(numel(), 1)));
+  return s * (static_cast<double>(s.numel()) / static_cast<double>(numel()));  // an empty mean is NaN, as in PyTorch
 }
 
 // --- movement --------------------------------------------------------------------------------
@@ -265,6 +278,11 @@ Tensor Tensor::permute(std::vector<int64_t> order) const {
 }
 
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  if (ndim() == 0) {
+    normalize_axis(a, 0, "transpose");
+    normalize_axis(b, 0, "transpose");
+    return *this;
+  }
   std::vector<int64_t> order;
   for (int64_t i = 0; i < ndim(); ++i) order.push_back(i);
   std::swap(order[static_cast<size_t>(normalize_axis(a, ndim(), "transpose"))], order[static_cast<size_t>(normalize_axis(b, ndim(), "transpose"))]);
@@ -278,6 +296,7 @@ Tensor Tensor::expand(Shape new_shape) const {
   padded.insert(padded.end(), shape().begin(), shape().end());
   for (size_t i = 0; i < new_shape.size(); ++i) {
     if (new_shape[i] == -1) new_shape[i] = padded[i];
+    if (new_shape[i] < 0) throw Error(kiln::cat("expand: negative size ", new_shape[i], " in ", shape_str(new_shape)));
     if (padded[i] != new_shape[i] && padded[i] != 1)
       throw Error(kiln::cat("expand: axis ", i, " of shape ", shape_str(shape()), " has size ", padded[i], " and cannot become ", new_shape[i],
                       "; only size-1 axes expand"));
@@ -323,6 +342,10 @@ Tensor Tensor::shrink(Pairs bounds) const {
 }
 
 Tensor Tensor::flip(std::vector<int64_t> axes) const {
+  if (ndim() == 0) {
+    for (int64_t a : axes) normalize_axis(a, 0, "flip");
+    return *this;
+  }
   std::vector<int64_t> flags(shape().size(), 0);
   for (int64_t a : axes) flags[static_cast<size_t>(normalize_axis(a, ndim(), "flip"))] ^= 1;
   if (std::all_of(flags.begin(), flags.end(), [](int64_t f) { return f == 0; })) return *this;

@@ -71,9 +71,11 @@ void Tensor::manual_seed(uint64_t seed) {
 
 Tensor Tensor::rand(Shape shape, DType dtype, const std::string& device) {
   if (!is_float(dtype)) throw Error(kiln::cat("Tensor::rand: dtype ", dtype.name(), " is not a float type; use randint for integers"));
-  // The top 24 bits as a float in [0, 1): exact in float32.
-  Tensor bits = random_bits(shape, device).shr(8).cast(dtypes::float32);
-  return (bits * (1.0 / 16777216.0)).cast(dtype);
+  // The top k bits as k-bit fixed point in [0, 1), with k the type's precision (24 for float32, 11
+  // for float16, 8 for bfloat16), so the value is exact in the type and never rounds up to 1.
+  int k = dtype.scalar == ScalarType::Float16 ? 11 : dtype.scalar == ScalarType::BFloat16 ? 8 : 24;
+  Tensor bits = random_bits(shape, device).shr(32 - k).cast(dtypes::float32);
+  return (bits * std::ldexp(1.0, -k)).cast(dtype);
 }
 
 Tensor Tensor::randn(Shape shape, DType dtype, const std::string& device) {
@@ -131,7 +133,17 @@ Tensor Tensor::cos() const {
 }
 Tensor Tensor::tan() const { return in_float([](const Tensor& x) { return x.sin() / x.cos(); }); }
 Tensor Tensor::tanh() const {
-  return in_float([](const Tensor& x) { return (x.cast(to_floating(x.dtype())) * 2.0).sigmoid() * 2.0 - 1.0; });
+  return in_float([](const Tensor& t) {
+    // (1 - e^-2|x|) / (1 + e^-2|x|) with the sign of x; below |x| = 0.02 that cancels, so use the
+    // series x - x^3/3 + 2x^5/15 there (the next term is below float64 precision).
+    Tensor x = t.cast(to_floating(t.dtype()));
+    Tensor ax = x.abs(), e = (ax * -2.0).exp();
+    Tensor big = (-e + 1.0) / (e + 1.0);
+    big = x.lt(x.zeros_like()).where(-big, big);
+    Tensor x2 = x * x;
+    Tensor small = x * (x2 * (x2 * (2.0 / 15.0) - 1.0 / 3.0) + 1.0);
+    return ax.lt(x.full_like(0.02)).where(small, big);
+  });
 }
 Tensor Tensor::leaky_relu(double slope) const { return zeros_like().lt(*this).where(*this, *this * slope); }
 Tensor Tensor::silu() const { return in_float([](const Tensor& x) { return x * x.sigmoid(); }); }
@@ -185,7 +197,10 @@ Tensor Tensor::round() const {
   Tensor f = (*this + 0.5).floor();
   Tensor tie = (f - *this).eq(full_like(0.5));
   Tensor odd = (f * 0.5).floor().ne(f * 0.5);
-  return tie.logical_and(odd).where(f - 1.0, f);
+  Tensor r = tie.logical_and(odd).where(f - 1.0, f);
+  // From 2^(mantissa bits) on every value is an integer, and x + 0.5 would round: keep x.
+  double integral_from = dtype().scalar == ScalarType::Float64 ? 4503599627370496.0 : 8388608.0;
+  return abs().lt(full_like(integral_from)).where(r, *this);
 }
 
 Tensor Tensor::clamp(double lo, double hi) const {

@@ -94,6 +94,7 @@ Tensor Tensor::slice(int64_t axis, std::optional<int64_t> start, std::optional<i
 Tensor Tensor::cat(const std::vector<Tensor>& tensors, int64_t axis) {
   if (tensors.empty()) throw Error("cat: needs at least one tensor");
   const Tensor& first = tensors[0];
+  if (first.ndim() == 0) throw Error("cat: zero-dimensional tensors cannot be concatenated; use stack, or unsqueeze them first");
   int64_t a = normalize_axis(axis, first.ndim(), "cat");
   int64_t total = 0;
   DType dtype = first.dtype();
@@ -186,6 +187,11 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   // out[..., j, ...] = x[..., index[..., j, ...], ...]: compare the index with every position along the
   // axis (a one-hot mask over a new last axis) and sum the selected values.
   int64_t n = shape()[static_cast<size_t>(a)];
+  // An index outside the axis would silently read 0 below: check them (this waits for the index).
+  Tensor checked = index.cast(dtypes::int64);
+  for (int64_t v : checked.to_vector<int64_t>())
+    if (v < 0 || v >= n)
+      throw Error(kiln::cat("gather: index ", v, " is out of range for axis ", a, " of size ", n, " (shape ", shape_str(shape()), ")"));
   Pairs bounds;
   for (int64_t i = 0; i < ndim(); ++i) bounds.push_back({0, i == a ? n : index.shape()[static_cast<size_t>(i)]});
   Tensor x = shrink(bounds).transpose(a, -1);           // (..., n) with index's other sizes
@@ -197,7 +203,7 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   Tensor pos = arange(n, dtypes::int32, device()).reshape(along).expand(full);
   Tensor mask = idx.unsqueeze(-1).expand(full).eq(pos);
   Tensor xs = x.unsqueeze(-2).expand(full);
-  return mask.where(xs, xs.zeros_like()).sum({-1}).transpose(a, -1);
+  return mask.where(xs, xs.zeros_like()).sum({-1}).cast(dtype()).transpose(a, -1);
 }
 
 Tensor Tensor::to(const std::string& device_name) const {

@@ -26,8 +26,13 @@ Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) c
   return var(std::move(axes), keepdim, correction).sqrt();
 }
 
-Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const { return cast(dtypes::bool_).reduce(Op::MAX, std::move(axes), keepdim, "any"); }
-Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const { return cast(dtypes::bool_).reduce(Op::MIN, std::move(axes), keepdim, "all"); }
+// any/all of nothing are false/true: as sums of bools compared with 0 / the count, they need no identity.
+Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const {
+  return cast(dtypes::bool_).sum(std::move(axes), keepdim).ne(Tensor::zeros({}, dtypes::int64, device()));
+}
+Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const {
+  return cast(dtypes::bool_).logical_not().any(std::move(axes), keepdim).logical_not();
+}
 
 namespace {
 // The first index along `axis` where `hit` is true (int64), as torch.argmax/argmin report ties.

@@ -8,7 +8,13 @@ namespace {
 
 const DType kIndex = dtypes::int32;  // TODO(kiln): int64 indices for buffers over 2^31 elements
 
-UOpPtr idx_const(int64_t v) { return const_int(v, kIndex); }
+// Index math is int32 for now: a tensor too big for it is refused, never silently wrapped.
+UOpPtr idx_const(int64_t v) {
+  if (v > INT32_MAX || v < INT32_MIN)
+    throw Error(cat("kernel index ", v, " does not fit in int32: tensors with 2^31 or more elements (or views reaching that far) "
+                    "are not supported yet; split the tensor"));
+  return const_int(v, kIndex);
+}
 
 UOpPtr all_of(const UOpPtr& a, const UOpPtr& b) {
   if (a->op == Op::CONST && std::get<bool>(a->const_value())) return b;
@@ -21,6 +27,7 @@ bool is_true(const UOpPtr& u) { return u->op == Op::CONST && std::get<bool>(u->c
 }  // namespace
 
 UOpPtr linear_index(const Shape& shape, const std::vector<UOpPtr>& idx) {
+  idx_const(numel(shape));  // the largest address must fit the index type
   Shape strides = contiguous_strides(shape);
   UOpPtr out = idx_const(0);
   for (size_t i = 0; i < shape.size(); ++i)

@@ -355,3 +355,38 @@ TEST_CASE("bad input throws kiln::Error naming the op and the shapes", "[ops][er
   CHECK_THROWS_WITH(Tensor::zeros({2}, dtypes::float32, "NOPE"), Catch::Contains("NOPE"));
   CHECK_THROWS_WITH(a.to_vector<int32_t>(), Catch::Contains("float32") && Catch::Contains("int32"));
 }
+
+TEST_CASE("edge cases PyTorch defines: scalars, empty reductions, saturating casts, big values", "[ops]") {
+  // 0-dim tensors accept axis 0 / -1
+  CHECK(Tensor::full({}, 2).sum({0}).item<float>() == 2.0f);
+  CHECK(Tensor::full({}, 2).flip({0}).item<float>() == 2.0f);
+  CHECK(Tensor::full({}, 2).softmax(0).item<float>() == 1.0f);
+  CHECK_THROWS_AS(Tensor::cat({Tensor::full({}, 1), Tensor::full({}, 2)}), Error);
+  // Python-scalar promotion: out-of-range or non-finite scalars make an int tensor float
+  Tensor i = Tensor::from_vector<int32_t>({1, 2}, {2});
+  CHECK((i + 1e10).dtype() == dtypes::float32);
+  CHECK((i * INFINITY).to_vector<float>() == std::vector<float>{INFINITY, INFINITY});
+  CHECK((i + 3.0).dtype() == dtypes::int32);
+  CHECK((Tensor::ones({2}, dtypes::bool_) + 1.0).dtype() == dtypes::int64);
+  // float -> int casts saturate and NaN gives 0, in kernels as in constant folding
+  std::vector<int32_t> sat = Tensor::from_vector<float>({3e9f, -3e9f, NAN, 2.7f, -2.7f}, {5}).cast(dtypes::int32).to_vector<int32_t>();
+  CHECK(sat == std::vector<int32_t>{INT32_MAX, INT32_MIN, 0, 2, -2});
+  // round() of values too large to have a fraction; tanh near 0 keeps its relative precision
+  CHECK(Tensor::from_vector<float>({8388609.f, -8388611.f}, {2}).round().to_vector<float>() == std::vector<float>{8388609.f, -8388611.f});
+  CHECK(Tensor::from_vector<float>({1e-8f}, {1}).tanh().item<float>() == Approx(1e-8f).epsilon(1e-6));
+  // empty reductions
+  CHECK(std::isnan(Tensor::zeros({0}).mean().item<float>()));
+  CHECK(Tensor::zeros({0}).any().cast(dtypes::int32).item<int32_t>() == 0);
+  CHECK(Tensor::zeros({0}).all().cast(dtypes::int32).item<int32_t>() == 1);
+  CHECK(Tensor::zeros({0, 3}).max({1}).shape() == Shape{0});
+  CHECK_THROWS_AS(Tensor::zeros({3, 0}).max({1}), Error);
+  // gather keeps the dtype and refuses out-of-range indices
+  Tensor src = Tensor::from_vector<int32_t>({10, 20, 30}, {3});
+  CHECK(src.gather(0, Tensor::from_vector<int64_t>({2, 0}, {2})).to_vector<int32_t>() == std::vector<int32_t>{30, 10});
+  CHECK_THROWS_WITH(src.gather(0, Tensor::from_vector<int64_t>({2, 5}, {2})), Catch::Contains("index 5"));
+  // random narrow floats stay below 1
+  CHECK(Tensor::rand({100000}, dtypes::bfloat16).max().cast(dtypes::float32).item<float>() < 1.0f);
+  // too big for int32 index math: an error, never a wrong number
+  CHECK_THROWS_WITH(Tensor::ones({(int64_t{1} << 31) + 1}, dtypes::int8).sum().item<int64_t>(), Catch::Contains("int32"));
+  CHECK_THROWS_AS(Tensor::ones({1}).expand({-2}), Error);
+}

@@ -207,6 +207,14 @@ class Renderer {
         if (to == ScalarType::Float16) return "kiln_f2h((float)" + x + ")";
         if (to == ScalarType::BFloat16) return "kiln_f2bf((float)" + x + ")";
         if (is_bool(u->dtype)) return "(" + x + "!=0)";
+        if (is_float(u->src[0]->dtype) && is_int(u->dtype)) {
+          // Float to int saturates and NaN gives 0 (cast_const's rule; a plain C cast is undefined there).
+          std::string t = c_type(u->dtype);
+          std::string lo = const_to_string(lowest(u->dtype), u->dtype), hi = const_to_string(highest(u->dtype), u->dtype);
+          std::string sfx = is_unsigned(u->dtype) ? "ull" : "ll";
+          return "(" + x + "!=" + x + "?(" + t + ")0:" + x + ">=(double)" + hi + sfx + "?(" + t + ")" + hi + sfx + ":" + x +
+                 "<=(double)(" + lo + sfx + ")?(" + t + ")(" + lo + sfx + "):(" + t + ")" + x + ")";
+        }
         return "((" + c_type(u->dtype) + ")" + x + ")";
       }
       case Op::SINK: case Op::NOOP: case Op::CONST: case Op::DEFINE_VAR: case Op::DEVICE: case Op::BUFFER:
