@@ -118,6 +118,8 @@ DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float32.vec(d
 }  // namespace
 
 Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
+  if (device() != other.device())
+    throw Error(kiln::cat(name, ": operands are on different devices (", device(), " and ", other.device(), "); move one with to()"));
   Shape out = broadcast_shapes(shape(), other.shape(), name);
   DType d = promote_types(dtype(), other.dtype());
   if (op == Op::FDIV || (op == Op::POW && !is_float(d))) d = to_floating(d);
@@ -150,6 +152,8 @@ Tensor Tensor::eq(const Tensor& o) const { return binary(Op::CMPEQ, o, "eq"); }
 Tensor Tensor::ne(const Tensor& o) const { return binary(Op::CMPNE, o, "ne"); }
 
 Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
+  if (device() != a.device() || device() != b.device())
+    throw Error(kiln::cat("where: operands are on different devices (", device(), ", ", a.device(), ", ", b.device(), "); move them with to()"));
   Shape out = broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
   DType d = promote_types(a.dtype(), b.dtype());
   Tensor c = cast(dtypes::bool_).expand(out);

@@ -390,3 +390,11 @@ TEST_CASE("edge cases PyTorch defines: scalars, empty reductions, saturating cas
   CHECK_THROWS_WITH(Tensor::ones({(int64_t{1} << 31) + 1}, dtypes::int8).sum().item<int64_t>(), Catch::Contains("int32"));
   CHECK_THROWS_AS(Tensor::ones({1}).expand({-2}), Error);
 }
+
+TEST_CASE("tensors on different devices: an error, and to() moves them", "[ops]") {
+  Tensor a = Tensor::from_vector<float>({1, 2, 3}, {3}, "CPU"), b = Tensor::from_vector<float>({10, 20, 30}, {3}, "REF");
+  CHECK_THROWS_WITH(a + b, Catch::Contains("CPU") && Catch::Contains("REF") && Catch::Contains("to()"));
+  CHECK((a.to("REF") + b).to_vector<float>() == std::vector<float>{11, 22, 33});
+  CHECK((a + b.to("CPU")).device() == "CPU");
+  CHECK((a * 2.0).to("REF").to("CPU").to_vector<float>() == std::vector<float>{2, 4, 6});
+}
