@@ -1,6 +1,7 @@
 // The CPU device (see cpu.h for the kernel ABI). Compiling runs the system C compiler as a process;
 // loading goes through a memfd so no file is left behind; memory is host memory.
 #include "devices/cpu.h"
+#include "uop/process.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -49,48 +50,6 @@ std::string join(const std::vector<std::string>& words, const char* separator = 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-struct ProcessResult {
-  int exit_code;
-  std::string output;  // stdout and stderr, interleaved as written
-};
-
-// Runs argv (argv[0] looked up on PATH) with stdin from /dev/null and waits for it. posix_spawn, not
-// system(): no shell, so paths need no quoting, and it is safe from several threads at once (the pipe is
-// close-on-exec, so one thread's child never holds another's pipe open). Throws Error if it cannot start.
-ProcessResult run_process(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(cat("running ", argv[0], ": pipe2 failed: ", std::strerror(errno)));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int failed = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  if (failed != 0) {
-    close(fds[0]);
-    throw Error(cat("cannot run ", argv[0], ": ", std::strerror(failed)));
-  }
-  ProcessResult result{0, ""};
-  char chunk[4096];
-  for (;;) {
-    ssize_t n = read(fds[0], chunk, sizeof chunk);
-    if (n > 0) result.output.append(chunk, size_t(n));
-    if (n == 0 || (n < 0 && errno != EINTR)) break;
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
 
 // The C compiler and what it targets. `fingerprint` holds everything besides the source that changes the
 // compiled code, so it goes into every compile cache key.

@@ -1,10 +1,6 @@
 #include "bench_reference.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -17,6 +13,7 @@
 
 #include "bench_reference_source.h"  // kBenchReferenceSource: tools/bench_reference.c, embedded by CMake
 #include "uop/error.h"
+#include "uop/process.h"
 
 namespace kiln {
 namespace {
@@ -31,32 +28,13 @@ std::string join(const std::vector<std::string>& words) {
   return out;
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs argv (argv[0] found on PATH), stdout and stderr into `log`, stdin from /dev/null; returns the exit
-// status. No shell, so paths need no quoting. Throws Error when the program cannot be started.
-int run_logged(const std::vector<std::string>& argv, const std::filesystem::path& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int failed = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (failed != 0) throw Error(cat("bench: cannot run ", argv[0], ": ", std::strerror(failed), "; ", kInstallHint));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+// run_process with the install hint added when gcc cannot be started at all.
+ProcessResult run_gcc(const std::vector<std::string>& argv) {
+  try {
+    return run_process(argv);
+  } catch (const Error& e) {
+    throw Error(cat("kiln bench: ", e.what(), "; ", kInstallHint));
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // A directory under $TMPDIR that removes itself.
@@ -87,8 +65,7 @@ void bind(void* library, const char* name, Fn& fn) {
 CReference CReference::build() {
   auto start = std::chrono::steady_clock::now();
   TempDir dir;
-  std::filesystem::path source = dir.path / "bench_reference.c", library = dir.path / "bench_reference.so",
-                        log = dir.path / "gcc.log";
+  std::filesystem::path source = dir.path / "bench_reference.c", library = dir.path / "bench_reference.so";
   std::ofstream out(source);
   out << kBenchReferenceSource;
   out.close();
@@ -96,15 +73,13 @@ CReference CReference::build() {
     throw Error(cat("bench: cannot write ", source.string(), " (disk full?); set TMPDIR to a writable directory"));
 
   std::string version = "gcc";
-  if (run_logged({"gcc", "-dumpfullversion"}, log) == 0) {
-    std::string text = read_text(log);
-    version = cat("gcc ", text.substr(0, text.find('\n')));
-  }
+  if (ProcessResult v = run_gcc({"gcc", "-dumpfullversion"}); v.exit_code == 0)
+    version = cat("gcc ", v.output.substr(0, v.output.find('\n')));
   std::vector<std::string> argv = {"gcc"};
   argv.insert(argv.end(), kReferenceFlags.begin(), kReferenceFlags.end());
   argv.insert(argv.end(), {"-shared", "-fPIC", source.string(), "-o", library.string(), "-lm"});
-  if (run_logged(argv, log) != 0)
-    throw Error(cat("bench: compiling the C/OpenMP references failed:\n$ ", join(argv), "\n", read_text(log),
+  if (ProcessResult c = run_gcc(argv); c.exit_code != 0)
+    throw Error(cat("bench: compiling the C/OpenMP references failed:\n$ ", join(argv), "\n", c.output,
                     "(the references need gcc with OpenMP; ", kInstallHint, ")"));
 
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);  // stays mapped after the directory is removed
