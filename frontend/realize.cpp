@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "lower/lower.h"
+#include "uop/big_stack.h"
 #include "uop/config.h"
 
 namespace kiln {
@@ -147,7 +148,10 @@ DeviceBuffer& storage_of(const UOpPtr& buffer) {
 }
 
 Schedule schedule_uops(const std::vector<UOpPtr>& outputs) {
-  return create_schedule(outputs, new_buffer, [](const UOpPtr& u) { return realized_map().find(u); });
+  // The scheduler and kernel builder recurse per node: long graphs get a big stack (uop/big_stack.h).
+  return with_big_stack([&] {
+    return create_schedule(outputs, new_buffer, [](const UOpPtr& u) { return realized_map().find(u); });
+  });
 }
 
 std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs) {

@@ -65,3 +65,12 @@ TEST_CASE("intermediate buffers are freed after their last reader", "[schedule]"
   for (const auto& list : s.free_after) freed += list.size();
   CHECK(freed == 2);  // the max and the sum; the output is kept
 }
+
+TEST_CASE("very long graphs schedule without overflowing the stack", "[schedule]") {
+  Tensor x = Tensor::from_vector<float>({1, 2}, {2});
+  Tensor fused = x, stored = x;
+  for (int i = 0; i < 20000; ++i) fused = fused + 1.0;                   // one kernel, 20000 ops deep
+  for (int i = 0; i < 3000; ++i) stored = (stored + 1.0).contiguous();  // 3000 kernels in a chain
+  CHECK(Tensor::schedule({fused}).items.size() == 1);  // scheduling only: compiling 20000 statements is slow
+  CHECK(Tensor::schedule({stored}).items.size() == 3000);
+}
