@@ -6,6 +6,9 @@
 namespace kiln::detail {
 
 UOpPtr movement(Op op, const UOpPtr& x, Arg arg);
+// float16 and bfloat16: stored narrow, computed in float32 (compute_dtype).
+inline bool is_narrow_float(DType d) { return d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16; }
+inline DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float32.vec(d.count) : d; }
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op);
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // A tensor of `shape` filled with v (exactly: no trip through double, unlike Tensor::full).

@@ -110,12 +110,10 @@ Tensor Tensor::scalar_like(double s) const {
   return full(shape(), s, d, device());
 }
 
-namespace {
 // float16 and bfloat16 are storage types: arithmetic runs in float32 and each op's result is rounded
 // back, which is what PyTorch computes for them on the CPU.
-bool is_narrow_float(DType d) { return d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16; }
-DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float32.vec(d.count) : d; }
-}  // namespace
+using detail::compute_dtype;
+using detail::is_narrow_float;
 
 Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
   if (device() != other.device())

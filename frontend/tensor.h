@@ -179,6 +179,8 @@ class Tensor {
 
   Tensor unary(Op op) const;
   Tensor binary(Op op, const Tensor& other, const char* name) const;
+  Tensor shift(Op op, int64_t bits, const char* name) const;
+  Tensor bitwise(Op op, const Tensor& other, const char* name) const;  // integer/bool operands only
   Tensor scalar_like(double s) const;
   Tensor reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
   Tensor split_reduce(Op op) const;

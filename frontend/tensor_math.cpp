@@ -159,7 +159,7 @@ Tensor Tensor::softplus(double beta, double threshold) const {
 }
 
 Tensor Tensor::erf() const {
-  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+  if (detail::is_narrow_float(dtype()))
     return in_float([](const Tensor& x) { return x.erf(); });
   // Abramowitz & Stegun 7.1.26 is too coarse for float32 (1.5e-7 absolute is fine, but relative error near
   // 0 matters for gelu), so: erf(x) = sign(x) * (1 - t*exp(-x^2 + P(t))) with Numerical Recipes' erfc
@@ -222,25 +222,30 @@ void require_integer(const Tensor& t, const char* op) {
 }
 }  // namespace
 
-Tensor Tensor::bitwise_and(const Tensor& o) const { require_integer(*this, "bitwise_and"); require_integer(o, "bitwise_and"); return binary(Op::AND, o, "bitwise_and"); }
-Tensor Tensor::bitwise_or(const Tensor& o) const { require_integer(*this, "bitwise_or"); require_integer(o, "bitwise_or"); return binary(Op::OR, o, "bitwise_or"); }
-Tensor Tensor::bitwise_xor(const Tensor& o) const { require_integer(*this, "bitwise_xor"); require_integer(o, "bitwise_xor"); return binary(Op::XOR, o, "bitwise_xor"); }
+Tensor Tensor::bitwise(Op op, const Tensor& other, const char* name) const {
+  require_integer(*this, name);
+  require_integer(other, name);
+  return binary(op, other, name);
+}
+
+Tensor Tensor::bitwise_and(const Tensor& o) const { return bitwise(Op::AND, o, "bitwise_and"); }
+Tensor Tensor::bitwise_or(const Tensor& o) const { return bitwise(Op::OR, o, "bitwise_or"); }
+Tensor Tensor::bitwise_xor(const Tensor& o) const { return bitwise(Op::XOR, o, "bitwise_xor"); }
 Tensor Tensor::bitwise_not() const {
   require_integer(*this, "bitwise_not");
   if (is_bool(dtype())) return logical_not();
   return bitwise_xor(detail::constant(int64_t{-1}, dtype(), shape(), device()));
 }
 
-Tensor Tensor::shl(int64_t bits) const {
-  require_integer(*this, "shl");
-  if (bits < 0 || bits >= static_cast<int64_t>(dtype().itemsize() * 8)) throw Error(kiln::cat("shl: shift ", bits, " is outside 0..", dtype().itemsize() * 8 - 1, " for ", dtype().name()));
-  return binary(Op::SHL, full(shape(), static_cast<double>(bits), dtype(), device()), "shl");
+Tensor Tensor::shift(Op op, int64_t bits, const char* name) const {
+  require_integer(*this, name);
+  int64_t width = static_cast<int64_t>(dtype().itemsize() * 8);
+  if (bits < 0 || bits >= width)
+    throw Error(kiln::cat(name, ": shift ", bits, " is outside 0..", width - 1, " for ", dtype().name()));
+  return binary(op, full(shape(), static_cast<double>(bits), dtype(), device()), name);
 }
 
-Tensor Tensor::shr(int64_t bits) const {
-  require_integer(*this, "shr");
-  if (bits < 0 || bits >= static_cast<int64_t>(dtype().itemsize() * 8)) throw Error(kiln::cat("shr: shift ", bits, " is outside 0..", dtype().itemsize() * 8 - 1, " for ", dtype().name()));
-  return binary(Op::SHR, full(shape(), static_cast<double>(bits), dtype(), device()), "shr");
-}
+Tensor Tensor::shl(int64_t bits) const { return shift(Op::SHL, bits, "shl"); }
+Tensor Tensor::shr(int64_t bits) const { return shift(Op::SHR, bits, "shr"); }
 
 }  // namespace kiln

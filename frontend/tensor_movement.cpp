@@ -129,7 +129,7 @@ Tensor Tensor::stack(const std::vector<Tensor>& tensors, int64_t axis) {
       throw Error(kiln::cat("stack: all tensors need one shape, got ", shape_str(tensors[0].shape()), " and ", shape_str(t.shape())));
     parts.push_back(t.unsqueeze(axis));
   }
-  return cat(parts, axis < 0 ? axis : axis);
+  return cat(parts, axis);
 }
 
 std::vector<Tensor> Tensor::split(std::vector<int64_t> sizes, int64_t axis) const {

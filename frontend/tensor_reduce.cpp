@@ -10,7 +10,7 @@ using detail::normalize_axis;
 Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::MUL, std::move(axes), keepdim, "prod"); }
 
 Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) const {
-  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+  if (detail::is_narrow_float(dtype()))
     return in_float([&](const Tensor& x) { return x.var(axes, keepdim, correction); });
   axes = normalize_axes(std::move(axes), "var");
   int64_t n = 1;
@@ -80,7 +80,7 @@ Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
 }
 
 Tensor Tensor::softmax(int64_t axis) const {
-  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+  if (detail::is_narrow_float(dtype()))
     return in_float([&](const Tensor& x) { return x.softmax(axis); });
   Tensor x = cast(to_floating(dtype()));
   Tensor e = (x - x.max({axis}, true)).exp();
@@ -88,7 +88,7 @@ Tensor Tensor::softmax(int64_t axis) const {
 }
 
 Tensor Tensor::log_softmax(int64_t axis) const {
-  if (dtype().scalar == ScalarType::Float16 || dtype().scalar == ScalarType::BFloat16)
+  if (detail::is_narrow_float(dtype()))
     return in_float([&](const Tensor& x) { return x.log_softmax(axis); });
   Tensor x = cast(to_floating(dtype()));
   return x - x.logsumexp({axis}, true);

@@ -139,11 +139,13 @@ class Linearizer {
     for (size_t i = 0; i < order_.size(); ++i) position_[order_[i].get()] = i;
     for (const UOpPtr& u : order_) ranges_.of(u);
     build_loop_tree();
+    for (const UOpPtr& u : order_) node_block_[u.get()] = u->op == Op::RANGE ? parent_.at(u.get()) : block_of(u);
     for (const UOpPtr& u : order_) {
       if (u->op == Op::SINK || (u->op == Op::END && u->src.size() > 1)) continue;
-      const UOp* block = block_of(u);
       if (u->op == Op::RANGE) children_[parent_.at(u.get())].push_back(u.get());
-      else members_[block].push_back(u.get());
+      else members_[node_block_.at(u.get())].push_back(u.get());
+      // Every loop around the node holds it: what a loop item stands for when ordering its block.
+      for (const UOp* loop = node_block_.at(u.get()); loop != nullptr; loop = parent_.at(loop)) contents_[loop].push_back(u.get());
     }
   }
 
@@ -196,12 +198,6 @@ class Linearizer {
     return block;
   }
 
-  bool inside(const UOp* node_block, const UOp* loop) const {
-    for (const UOp* r = node_block; r != nullptr; r = parent_.at(r))
-      if (r == loop) return true;
-    return false;
-  }
-
   // The item of `block` that node belongs to: itself, or the child loop that contains it.
   const UOp* item_in(const UOp* block, const UOp* node) {
     const UOp* b = node->op == Op::RANGE ? node : node_block_.at(node);
@@ -211,7 +207,6 @@ class Linearizer {
   }
 
   void emit_block(const UOp* block, std::vector<UOpPtr>& out) {
-    for (const UOpPtr& u : order_) node_block_[u.get()] = u->op == Op::RANGE ? parent_.at(u.get()) : block_of_cached(u);
     // Items: the block's own nodes and its child loops, ordered by dependencies, ties by toposort.
     std::vector<const UOp*> items = members_[block];
     for (const UOp* child : children_[block]) items.push_back(child);
@@ -257,19 +252,12 @@ class Linearizer {
     KILN_ASSERT(emitted == items.size(), "the items of a loop have no cyclic dependencies");
   }
 
-  const UOp* block_of_cached(const UOpPtr& u) {
-    auto it = block_cache_.find(u.get());
-    if (it != block_cache_.end()) return it->second;
-    return block_cache_[u.get()] = block_of(u);
-  }
-
   // Every node an item stands for: itself, or everything inside a child loop.
   std::vector<const UOp*> nodes_under(const UOp* item) {
     if (item->op != Op::RANGE) return {item};
     std::vector<const UOp*> out{item};
-    for (const UOpPtr& u : order_)
-      if (u->op != Op::SINK && !(u->op == Op::END && u->src.size() > 1) && inside(node_block_.at(u.get()), item))
-        out.push_back(u.get());
+    const auto& inside_loop = contents_[item];
+    out.insert(out.end(), inside_loop.begin(), inside_loop.end());
     return out;
   }
 
@@ -282,7 +270,8 @@ class Linearizer {
   std::unordered_map<const UOp*, const UOp*> parent_;
   std::unordered_map<const UOp*, int> depth_;
   std::map<const UOp*, std::vector<const UOp*>> members_, children_;
-  std::unordered_map<const UOp*, const UOp*> node_block_, block_cache_;
+  std::unordered_map<const UOp*, std::vector<const UOp*>> contents_;  // per loop: every node inside it, nested too
+  std::unordered_map<const UOp*, const UOp*> node_block_;  // the loop each node sits in (a RANGE: the one it opens in)
 };
 
 }  // namespace

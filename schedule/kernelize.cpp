@@ -69,6 +69,9 @@ UOpPtr KernelBuilder::index(const UOpPtr& u, const std::vector<UOpPtr>& idx, con
   if (auto it = memo_.find(key); it != memo_.end()) return it->second;
   UOpPtr out = index_uncached(u, idx, valid);
   memo_[key] = out;
+  // The key holds raw pointers: keep its nodes alive so no address is reused for another node.
+  pinned_.push_back(valid);
+  pinned_.insert(pinned_.end(), idx.begin(), idx.end());
   return out;
 }
 

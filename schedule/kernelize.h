@@ -42,6 +42,7 @@ class KernelBuilder {
   std::vector<UOpPtr> bufs_;
   int64_t next_axis_ = 0;
   std::map<std::vector<const UOp*>, UOpPtr> memo_;  // (node, indices..., valid) -> value
+  std::vector<UOpPtr> pinned_;                       // the memo keys' index nodes, kept alive
 };
 
 // The index expression of a contiguous row-major layout: sum of idx[i] * stride[i].

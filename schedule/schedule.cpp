@@ -41,7 +41,7 @@ class Scheduler {
   Schedule run(const std::vector<UOpPtr>& outputs) {
     count_users(outputs);
     for (const UOpPtr& out : outputs) mark_stored(out);
-    // Grow the set of stored nodes until every kernel region is valid (see store_reason).
+    // Grow the set of stored nodes until every kernel region is valid (see must_store).
     for (size_t i = 0; i < roots_.size(); ++i) explore_region(roots_[i]);
     Schedule s;
     for (const UOpPtr& out : outputs) emit(out, s);
@@ -65,23 +65,17 @@ class Scheduler {
     if (stored_.insert(u.get()).second) roots_.push_back(u);
   }
 
-  // The one cost function: why a node inside a kernel's region is stored instead of fused (or "").
+  // The one cost function: whether a node inside a kernel's region is stored instead of fused.
   //  - CONTIGUOUS and COPY are stored by definition;
   //  - a REDUCE_AXIS is stored if it is broadcast back (read through an EXPAND: fusing would redo
   //    the whole reduction per element), read inside another reduction, or read by several consumers;
   //  - an elementwise node with several consumers is stored only when recomputing it costs more
   //    than kMaxRecomputeOps ALU ops per element.
-  std::string store_reason(const UOpPtr& u, bool expanded, bool in_reduce) {
-    if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return "forced";
+  bool must_store(const UOpPtr& u, bool expanded, bool in_reduce) {
+    if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return true;
     int users = users_[u.get()];
-    if (u->op == Op::REDUCE_AXIS) {
-      if (expanded) return "reduce broadcast back";
-      if (in_reduce) return "reduce inside a reduce";
-      if (users > 1) return "reduce with several consumers";
-      return "";
-    }
-    if (users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps) return "expensive and shared";
-    return "";
+    if (u->op == Op::REDUCE_AXIS) return expanded || in_reduce || users > 1;
+    return users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps;
   }
 
   int alu_cost(const UOpPtr& u) {
@@ -116,7 +110,7 @@ class Scheduler {
       const UOpPtr& u = it.node;
       if (is_leaf(u) || stored_.count(u.get())) continue;
       if (!seen.insert({u.get(), it.expanded, it.in_reduce}).second) continue;
-      if (!store_reason(u, it.expanded, it.in_reduce).empty()) {
+      if (must_store(u, it.expanded, it.in_reduce)) {
         mark_stored(u);
         continue;
       }
@@ -186,12 +180,11 @@ class Scheduler {
         last_use[b.get()] = i;
         node[b.get()] = b;
       }
+    std::unordered_set<const UOp*> created_here;
+    for (const auto& [n, buf] : buffers_) created_here.insert(buf.get());
     s.free_after.assign(s.items.size(), {});
-    for (const auto& [b, i] : last_use) {
-      bool created_here = false;
-      for (const auto& [n, buf] : buffers_) created_here |= buf.get() == b;
-      if (created_here && !keep.count(b)) s.free_after[i].push_back(node[b]);
-    }
+    for (const auto& [b, i] : last_use)
+      if (created_here.count(b) && !keep.count(b)) s.free_after[i].push_back(node[b]);
   }
 
   const BufferMaker& make_buffer_;

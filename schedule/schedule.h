@@ -5,7 +5,7 @@
 //   s.outputs[k];                                               // the BUFFER now holding outputs[k]
 //
 // Which nodes are stored (become a kernel's output) and which fuse into their consumers is decided by
-// one cost function, `store_reason` in schedule.cpp; tests count the kernels of known graphs.
+// one cost function, `must_store` in schedule.cpp; tests count the kernels of known graphs.
 #pragma once
 #include <functional>
 #include <string>

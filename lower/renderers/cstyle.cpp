@@ -42,10 +42,10 @@ const CStyleLanguage& c_language() {
     c.reassociate = "KILN_REASSOC ";
     // The CPU ABI: the runtime calls the kernel on chunks [gid_begin, gid_end) of launch dimension 0.
     c.kernel_open =
-        "void %s(void* const* bufs, const int64_t* vars, int64_t gid_begin, int64_t gid_end) {\n";
+        "void {name}(void* const* bufs, const int64_t* vars, int64_t gid_begin, int64_t gid_end) {\n";
     c.kernel_close = "}\n";
-    c.buffer_decl = "  %s* restrict data%d = (%s*)bufs[%d];\n";
-    c.var_decl = "  const int64_t var%d = vars[%d];\n";
+    c.buffer_decl = "  {type}* restrict data{slot} = ({type}*)bufs[{slot}];\n";
+    c.var_decl = "  const int64_t var{slot} = vars[{slot}];\n";
     return c;
   }();
   return lang;
@@ -103,20 +103,12 @@ const char* math_fn(Op op) {
   throw_internal("math_fn() is called for the math primitives", std::string(op_name(op)), __FILE__, __LINE__);
 }
 
-std::string format(const std::string& pattern, const std::string& a, int b = 0, const std::string& c = "", int d = 0) {
-  // Tiny printf for the spelling tables: %s/%d in order (a, b, c, d) skipping absent kinds.
-  std::string out;
-  int s_seen = 0, d_seen = 0;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size() && (pattern[i + 1] == 's' || pattern[i + 1] == 'd')) {
-      if (pattern[i + 1] == 's') out += s_seen++ == 0 ? a : c;
-      else out += std::to_string(d_seen++ == 0 ? b : d);
-      ++i;
-    } else {
-      out += pattern[i];
-    }
-  }
-  return out;
+// Fills the spelling tables' named placeholders ("{name}", "{type}", "{slot}").
+std::string fill(std::string pattern, const std::vector<std::pair<std::string, std::string>>& values) {
+  for (const auto& [key, value] : values)
+    for (size_t at = pattern.find(key); at != std::string::npos; at = pattern.find(key, at + value.size()))
+      pattern.replace(at, key.size(), value);
+  return pattern;
 }
 
 class Renderer {
@@ -128,7 +120,6 @@ class Renderer {
     std::ostringstream body;
     std::vector<DType> buffer_types(num_buffers, dtypes::void_);
     for (size_t i = 0; i < vars.size(); ++i) names_[vars[i].get()] = "var" + std::to_string(i);
-    int depth = 1;
     bool threaded = false;
     for (const UOpPtr& u : linear) {
       if (u->op == Op::SPECIAL) threaded = true;
@@ -137,20 +128,18 @@ class Renderer {
     // One accumulator: let the compiler vectorize its loop by reassociating. Several (an upcast tile):
     // they already are the parallel work, and vectorizing the reduce loop would gather strided loads.
     single_accumulator_ = updates_.size() == 1;
-    if (threaded) depth = 2;
+    int depth = threaded ? 2 : 1;  // indentation: inside the function, and inside the gid loop
     for (const UOpPtr& u : linear) {
-      std::string line = statement(u, buffer_types, depth);
+      std::string line = statement(u, buffer_types);
       if (u->op == Op::END) --depth;
       if (!line.empty()) body << std::string(static_cast<size_t>(depth) * 2, ' ') << line << "\n";
       if (u->op == Op::RANGE) ++depth;
     }
     std::ostringstream out;
-    out << lang_.preamble << format(lang_.kernel_open, name);
-    for (size_t i = 0; i < num_buffers; ++i) {
-      std::string t = c_type(buffer_types[i]);
-      out << format(lang_.buffer_decl, t, static_cast<int>(i), t, static_cast<int>(i));
-    }
-    for (size_t i = 0; i < vars.size(); ++i) out << format(lang_.var_decl, "", static_cast<int>(i), "", static_cast<int>(i));
+    out << lang_.preamble << fill(lang_.kernel_open, {{"{name}", name}});
+    for (size_t i = 0; i < num_buffers; ++i)
+      out << fill(lang_.buffer_decl, {{"{type}", c_type(buffer_types[i])}, {"{slot}", std::to_string(i)}});
+    for (size_t i = 0; i < vars.size(); ++i) out << fill(lang_.var_decl, {{"{slot}", std::to_string(i)}});
     if (threaded) out << "  for (int64_t gidx0 = gid_begin; gidx0 < gid_end; gidx0++) {\n";
     out << body.str();
     if (threaded) out << "  }\n";
@@ -228,8 +217,7 @@ class Renderer {
     throw_internal("expr() is called for ALU ops and casts", std::string(op_name(u->op)), __FILE__, __LINE__);
   }
 
-  std::string statement(const UOpPtr& u, std::vector<DType>& buffer_types, int depth) {
-    (void)depth;
+  std::string statement(const UOpPtr& u, std::vector<DType>& buffer_types) {
     switch (u->op) {
       case Op::CONST: name(u); return "";
       case Op::DEFINE_GLOBAL: {

@@ -17,10 +17,10 @@ namespace kiln {
 struct CStyleLanguage {
   std::string name;               // "C"
   std::string preamble;           // includes and helpers at the top of the file
-  std::string kernel_open;        // printf-style: %s is the kernel name; the function header up to '{'
+  std::string kernel_open;        // the function header up to '{'; {name} is the kernel name
   std::string kernel_close;       // closes what kernel_open opened, after the body
-  std::string buffer_decl;        // printf-style: %s type, %d slot (declares data<slot>)
-  std::string var_decl;           // printf-style: %d index (declares var<index> from the launch's vars)
+  std::string buffer_decl;        // declares data<slot>: {type} and {slot} are filled in
+  std::string var_decl;           // declares var<slot> from the launch's vars: {slot} is filled in
   std::string float_suffix = "f"; // float32 literals
   bool fmath_suffix = true;       // sqrtf/exp2f... for float32
   // Put at the start of a block holding a float accumulator update, to let the compiler reassociate
