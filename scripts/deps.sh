@@ -14,11 +14,16 @@ nlohmann-json3-dev
 libcli11-dev
 clang
 libopenblas-dev
+libtorch-dev
+zlib1g-dev
+dataset-fashion-mnist
 "
 # cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
 # (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
 # device's kernel compiler (gcc works too, but does not vectorize at -O2).
 # libopenblas-dev: the sgemm reference of `kiln bench` (dlopen'ed at run time; optional there).
+# libtorch-dev: the test oracle for op semantics and gradients (tests only; skipped when missing).
+# zlib1g-dev: gzipped IDX files.  dataset-fashion-mnist: the data of `kiln train mnist` (make demo).
 
 missing=""
 for pkg in $PACKAGES; do
