@@ -392,6 +392,12 @@ Schedule Tensor::schedule(const std::vector<Tensor>& tensors) {
   return schedule_uops(outputs);
 }
 
+std::vector<uint8_t> Tensor::to_bytes() {
+  std::vector<uint8_t> out(static_cast<size_t>(numel()) * dtype().itemsize());
+  copy_out(out.data(), dtype());
+  return out;
+}
+
 void Tensor::copy_out(void* dst, DType want) {
   if (want != dtype())
     throw Error(kiln::cat("to_vector: the tensor is ", dtype().name(), " but ", want.name(), " was asked for; cast() it first"));

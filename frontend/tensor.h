@@ -164,6 +164,7 @@ class Tensor {
   std::vector<T> to_vector();
   template <typename T>
   T item();
+  std::vector<uint8_t> to_bytes();  // the raw bytes in dtype() layout, row-major (for files and tools)
   // The items realizing these tensors would run, without running them (for tests and tools).
   static Schedule schedule(const std::vector<Tensor>& tensors);
 
