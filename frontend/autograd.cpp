@@ -1,1 +1,386 @@
-// (being written)
+// Autograd as a rewrite of the UOp graph.
+//
+// pm_gradient has one rule per differentiable tensor-level op: given the gradient of a node (in the
+// context), it returns SINK(gradient of each source), with NOOP where a source gets none. backprop()
+// walks the graph from the output back to the requested nodes, firing the rule of each node on the
+// way and summing the gradients of nodes used more than once. The gradients are ordinary lazy
+// graphs built from the forward graph's nodes, so they fuse with it when realized, and they can be
+// differentiated again (second order).
+//
+// Leaves are tensors marked with requires_grad_(); a registry of them (weak) lets backward() find
+// which nodes of a graph are leaves. A realized non-leaf keeps the graph it was computed by
+// (State::graph), so backward() still works after the loss was printed.
+#include <mutex>
+#include <numbers>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "frontend/detail.h"
+#include "uop/pattern.h"
+
+namespace kiln {
+
+namespace {
+
+thread_local bool g_grad_enabled = true;
+
+struct GradContext : RewriteContext {
+  ShapeCache shapes;
+  UOpPtr grad;  // the gradient of the node being rewritten
+  Tensor t(const UOpPtr& u) { return Tensor(u, shapes(u)); }
+};
+
+GradContext& ctx(const Match& m) { return m.context<GradContext>(); }
+Tensor grad_of(const Match& m) { return ctx(m).t(ctx(m).grad); }
+Tensor src(const Match& m, size_t i) { return ctx(m).t(m.root->src[i]); }
+
+UOpPtr no_grad() { return UOp::make(Op::NOOP, dtypes::void_); }
+UOpPtr grads(std::initializer_list<std::optional<Tensor>> per_source) {
+  std::vector<UOpPtr> out;
+  for (const auto& g : per_source) out.push_back(g ? g->uop() : no_grad());
+  return UOp::make(Op::SINK, dtypes::void_, out);
+}
+
+// The gradient of a max/min (binary or reduced) goes to the elements equal to the result, split
+// evenly between ties, as PyTorch does.
+UOpPtr max_min_grad(const Match& m, bool is_max) {
+  Tensor a = src(m, 0), b = src(m, 1), g = grad_of(m);
+  Tensor zero = g.zeros_like(), half = g * 0.5;
+  Tensor a_wins = is_max ? a.gt(b) : a.lt(b), b_wins = is_max ? b.gt(a) : b.lt(a), tie = a.eq(b);
+  return grads({a_wins.where(g, tie.where(half, zero)), b_wins.where(g, tie.where(half, zero))});
+}
+
+UOpPtr reduce_grad(const Match& m) {
+  const auto& r = m.root->arg_as<ReduceArg>();
+  Tensor x = src(m, 0), out = ctx(m).t(m.root), g = grad_of(m).expand(x.shape());
+  switch (r.op) {
+    case Op::ADD: return grads({g});
+    case Op::MAX:
+    case Op::MIN: {
+      Tensor hit = x.eq(out.expand(x.shape())).cast(x.dtype());
+      return grads({hit * g / hit.sum(r.axes, true).expand(x.shape())});
+    }
+    case Op::MUL: {
+      // The product of the other elements: out/x without zeros; with one zero, the product of the
+      // rest at the zero and 0 elsewhere; with two or more, 0 everywhere. Exact, and O(n).
+      Tensor zero = x.eq(x.zeros_like());
+      Tensor zeros = zero.cast(x.dtype()).sum(r.axes, true).expand(x.shape());
+      Tensor rest = zero.where(x.ones_like(), x).prod(r.axes, true).expand(x.shape());
+      Tensor none = zeros.eq(zeros.zeros_like()), one = zeros.eq(zeros.ones_like());
+      Tensor others = none.where(out.expand(x.shape()) / zero.where(x.ones_like(), x), one.where(zero.where(rest, x.zeros_like()), x.zeros_like()));
+      return grads({g * others});
+    }
+    default: throw InternalError(kiln::cat("gradient: REDUCE_AXIS with op ", r.op));
+  }
+}
+
+const PatternMatcher& pm_gradient() {
+  using P = UPat;
+  static const PatternMatcher pm{
+      // arithmetic
+      {P::op(Op::ADD), [](const Match& m) { return grads({grad_of(m), grad_of(m)}); }},
+      {P::op(Op::SUB), [](const Match& m) { return grads({grad_of(m), -grad_of(m)}); }},
+      {P::op(Op::MUL), [](const Match& m) { return grads({grad_of(m) * src(m, 1), grad_of(m) * src(m, 0)}); }},
+      {P::op(Op::FDIV), [](const Match& m) {
+         Tensor g = grad_of(m), b = src(m, 1);
+         return grads({g / b, -g * ctx(m).t(m.root) / b});
+       }},
+      {P::op(Op::MULACC), [](const Match& m) { return grads({grad_of(m) * src(m, 1), grad_of(m) * src(m, 0), grad_of(m)}); }},
+      {P::op(Op::NEG), [](const Match& m) { return grads({-grad_of(m)}); }},
+      {P::op(Op::RECIP), [](const Match& m) {
+         Tensor out = ctx(m).t(m.root);
+         return grads({-grad_of(m) * out * out});
+       }},
+      {P::op(Op::SQRT), [](const Match& m) { return grads({grad_of(m) / (ctx(m).t(m.root) * 2.0)}); }},
+      {P::op(Op::EXP2), [](const Match& m) { return grads({grad_of(m) * ctx(m).t(m.root) * std::numbers::ln2}); }},
+      {P::op(Op::LOG2), [](const Match& m) { return grads({grad_of(m) / (src(m, 0) * std::numbers::ln2)}); }},
+      {P::op(Op::SIN), [](const Match& m) { return grads({grad_of(m) * src(m, 0).cos()}); }},
+      {P::op(Op::TRUNC), [](const Match& m) { return grads({grad_of(m).zeros_like()}); }},  // 0 almost everywhere
+      {P::op(Op::MAX), [](const Match& m) { return max_min_grad(m, true); }},
+      {P::op(Op::MIN), [](const Match& m) { return max_min_grad(m, false); }},
+      {P::op(Op::POW), [](const Match& m) {
+         // d/da a^b = b a^(b-1); d/db a^b = a^b ln a, taken as 0 where a == 0 and b >= 0 (PyTorch).
+         Tensor a = src(m, 0), b = src(m, 1), g = grad_of(m), out = ctx(m).t(m.root);
+         Tensor zero = g.zeros_like();
+         Tensor db = (a.eq(zero).logical_and(b.ge(zero))).where(zero, out * a.log());
+         return grads({g * b * a.pow(b - 1.0), g * db});
+       }},
+      {P::op(Op::WHERE), [](const Match& m) {
+         Tensor c = src(m, 0), g = grad_of(m), zero = g.zeros_like();
+         return grads({std::nullopt, c.where(g, zero), c.where(zero, g)});
+       }},
+      {P::op(Op::CAST), [](const Match& m) {
+         DType from = m.root->src[0]->dtype;
+         return is_float(from) ? grads({grad_of(m).cast(from)}) : grads({std::nullopt});
+       }},
+      // tensor-level ops
+      {P::op(Op::CONTIGUOUS), [](const Match& m) { return grads({grad_of(m)}); }},
+      {P::op(Op::COPY), [](const Match& m) { return grads({grad_of(m).to(src(m, 0).device()), std::nullopt}); }},
+      {P::op(Op::REDUCE_AXIS), reduce_grad},
+      // movement: the inverse movement (EXPAND's is a sum over the expanded axes)
+      {P::op(Op::RESHAPE), [](const Match& m) { return grads({grad_of(m).reshape(src(m, 0).shape())}); }},
+      {P::op(Op::PERMUTE), [](const Match& m) {
+         const auto& order = m.root->arg_as<std::vector<int64_t>>();
+         std::vector<int64_t> inverse(order.size());
+         for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+         return grads({grad_of(m).permute(inverse)});
+       }},
+      {P::op(Op::EXPAND), [](const Match& m) {
+         Shape in = src(m, 0).shape();
+         Shape out = ctx(m).shapes(m.root);
+         std::vector<int64_t> axes;
+         for (size_t i = 0; i < in.size(); ++i)
+           if (in[i] != out[i]) axes.push_back(static_cast<int64_t>(i));
+         Tensor g = grad_of(m);
+         return grads({axes.empty() ? g : g.sum(axes, true)});
+       }},
+      {P::op(Op::PAD), [](const Match& m) {
+         const auto& pad = m.root->arg_as<Pairs>();
+         Shape in = src(m, 0).shape();
+         Pairs bounds;
+         for (size_t i = 0; i < in.size(); ++i) bounds.push_back({pad[i].first, pad[i].first + in[i]});
+         return grads({grad_of(m).shrink(bounds)});
+       }},
+      {P::op(Op::SHRINK), [](const Match& m) {
+         const auto& bounds = m.root->arg_as<Pairs>();
+         Shape in = src(m, 0).shape();
+         Pairs pad;
+         for (size_t i = 0; i < in.size(); ++i) pad.push_back({bounds[i].first, in[i] - bounds[i].second});
+         return grads({grad_of(m).pad(pad)});
+       }},
+      {P::op(Op::FLIP), [](const Match& m) {
+         const auto& flags = m.root->arg_as<std::vector<int64_t>>();
+         std::vector<int64_t> axes;
+         for (size_t i = 0; i < flags.size(); ++i)
+           if (flags[i]) axes.push_back(static_cast<int64_t>(i));
+         return grads({grad_of(m).flip(axes)});
+       }},
+  };
+  return pm;
+}
+
+// The gradient of `root` (seeded with root_grad) with respect to each node in `targets` it reaches.
+std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr& root_grad,
+                                                const std::unordered_set<const UOp*>& targets) {
+  std::vector<UOpPtr> order = toposort(root);  // sources before their users
+  // The nodes on a path to a target. Only floating-point values carry gradients; DETACH stops them.
+  std::unordered_set<const UOp*> on_path;
+  for (const UOpPtr& u : order) {
+    if (!is_float(u->dtype)) continue;
+    bool on = targets.count(u.get()) > 0;
+    if (!on && u->op != Op::DETACH)
+      for (const UOpPtr& s : u->src) on = on || on_path.count(s.get()) > 0;
+    if (on) on_path.insert(u.get());
+  }
+  std::unordered_map<const UOp*, UOpPtr> grad;
+  if (!on_path.count(root.get())) return grad;
+  grad[root.get()] = root_grad;
+  GradContext ctx;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const UOpPtr& u = *it;
+    auto g = grad.find(u.get());
+    if (g == grad.end() || !on_path.count(u.get())) continue;
+    bool inner = false;
+    for (const UOpPtr& s : u->src) inner = inner || on_path.count(s.get()) > 0;
+    if (!inner) continue;  // a target with nothing to differentiate below it
+    ctx.grad = g->second;
+    auto fired = pm_gradient().rewrite(u, &ctx);
+    if (!fired)
+      throw Error(kiln::cat("backward: no gradient rule for op ", u->op, " (", u->dtype.name(), "); it is not differentiable in kiln yet"));
+    const UOpPtr& sink = fired->replacement;
+    for (size_t i = 0; i < u->src.size(); ++i) {
+      const UOpPtr& s = u->src[i];
+      if (!on_path.count(s.get()) || sink->src[i]->op == Op::NOOP) continue;
+      auto [slot, fresh] = grad.try_emplace(s.get(), sink->src[i]);
+      if (!fresh) slot->second = (ctx.t(slot->second) + ctx.t(sink->src[i])).uop();
+    }
+  }
+  return grad;
+}
+
+}  // namespace
+
+// The registry of leaves, and the hooks Tensor needs (a friend of Tensor).
+struct Autograd {
+  using StatePtr = std::shared_ptr<Tensor::State>;
+
+  static std::mutex& mu() {
+    static std::mutex* m = new std::mutex();
+    return *m;
+  }
+  static std::vector<std::weak_ptr<Tensor::State>>& registry() {
+    static auto* r = new std::vector<std::weak_ptr<Tensor::State>>();
+    return *r;
+  }
+  static std::vector<StatePtr> leaves() {
+    std::lock_guard<std::mutex> lock(mu());
+    std::vector<StatePtr> out;
+    auto& r = registry();
+    std::erase_if(r, [&](const std::weak_ptr<Tensor::State>& w) {
+      StatePtr s = w.lock();
+      if (!s || !s->requires_grad) return true;
+      out.push_back(std::move(s));
+      return false;
+    });
+    return out;
+  }
+  static void add(const StatePtr& s) {
+    std::lock_guard<std::mutex> lock(mu());
+    registry().push_back(s);
+  }
+  // The nodes that stand for each leaf in graphs: its value, and its value before the last update.
+  static std::unordered_set<const UOp*> leaf_nodes(const std::vector<StatePtr>& leaves) {
+    std::unordered_set<const UOp*> out;
+    for (const StatePtr& s : leaves) {
+      out.insert(s->uop.get());
+      if (s->former) out.insert(s->former.get());
+    }
+    return out;
+  }
+  static bool depends_on(const UOpPtr& root, const std::unordered_set<const UOp*>& nodes) {
+    if (nodes.empty()) return false;
+    std::unordered_set<const UOp*> seen;
+    std::vector<const UOp*> stack{root.get()};
+    while (!stack.empty()) {
+      const UOp* u = stack.back();
+      stack.pop_back();
+      if (!seen.insert(u).second) continue;
+      if (nodes.count(u)) return true;
+      if (u->op == Op::DETACH) continue;
+      for (const UOpPtr& s : u->src) stack.push_back(s.get());
+    }
+    return false;
+  }
+  static const UOpPtr& graph(const Tensor& t) { return t.state_->graph ? t.state_->graph : t.state_->uop; }
+
+  // realize_all calls this after replacing a tensor's node by its buffer.
+  static void realized(Tensor& t, const UOpPtr& before) {
+    Tensor::State& s = *t.state_;
+    if (s.requires_grad) {
+      s.former = before;
+      return;
+    }
+    std::vector<StatePtr> l = leaves();
+    if (!l.empty() && depends_on(before, leaf_nodes(l))) s.graph = before;
+  }
+};
+
+void detail::after_realize(Tensor& t, const UOpPtr& before) { Autograd::realized(t, before); }
+
+bool grad_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+UOpPtr detail::no_grad_wrap(UOpPtr u) {
+  if (g_grad_enabled) return u;
+  switch (u->op) {
+    case Op::BUFFER: case Op::CONST: case Op::DEVICE: case Op::DETACH: case Op::IOTA: return u;
+    case Op::RESHAPE: if (u->src[0]->op == Op::BUFFER) return u; break;
+    default: break;
+  }
+  return UOp::make(Op::DETACH, u->dtype, {u});
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  if (on && !is_float(dtype()))
+    throw Error(kiln::cat("requires_grad_: only floating-point tensors can require gradients; this one is ", dtype().name()));
+  if (on && !state_->requires_grad) Autograd::add(state_);
+  state_->requires_grad = on;
+  state_->graph = nullptr;
+  return *this;
+}
+
+bool Tensor::requires_grad() const {
+  if (state_->requires_grad) return true;
+  return Autograd::depends_on(Autograd::graph(*this), Autograd::leaf_nodes(Autograd::leaves()));
+}
+
+bool Tensor::is_leaf() const { return state_->requires_grad || !requires_grad(); }
+
+std::optional<Tensor> Tensor::grad() const {
+  if (!state_->grad) return std::nullopt;
+  return *state_->grad;
+}
+
+void Tensor::set_grad(std::optional<Tensor> g) {
+  if (g && (g->shape() != shape() || g->dtype() != dtype()))
+    throw Error(kiln::cat("set_grad: the gradient is ", shape_str(g->shape()), " ", g->dtype().name(), " but the tensor is ",
+                          shape_str(shape()), " ", dtype().name()));
+  state_->grad = g ? std::make_shared<Tensor>(*g) : nullptr;
+}
+
+Tensor Tensor::detach() const { return Tensor(UOp::make(Op::DETACH, dtype(), {uop()}), shape()); }
+
+Tensor& Tensor::assign(const Tensor& value) {
+  if (value.shape() != shape() || value.dtype() != dtype() || value.device() != device())
+    throw Error(kiln::cat("assign: the value is ", shape_str(value.shape()), " ", value.dtype().name(), " on ", value.device(),
+                          " but the tensor is ", shape_str(shape()), " ", dtype().name(), " on ", device(),
+                          "; assign needs the same shape, dtype and device"));
+  if (state_->requires_grad) {
+    // A leaf's new value is data: no gradient flows from it into whatever computed it.
+    state_->former = state_->uop;
+    state_->uop = value.uop()->op == Op::RESHAPE && value.uop()->src[0]->op == Op::BUFFER ? value.uop() : value.detach().uop();
+  } else {
+    state_->uop = value.uop();
+    state_->graph = value.state_->graph;
+  }
+  return *this;
+}
+
+namespace {
+
+UOpPtr seed_gradient(const Tensor& output, const std::optional<Tensor>& given, const char* op) {
+  if (!is_float(output.dtype()))
+    throw Error(kiln::cat(op, ": the output is ", output.dtype().name(), "; only floating-point outputs have gradients"));
+  if (given) {
+    if (given->shape() != output.shape())
+      throw Error(kiln::cat(op, ": the gradient has shape ", shape_str(given->shape()), " but the output has shape ",
+                            shape_str(output.shape()), "; they must match"));
+    return given->cast(output.dtype()).uop();
+  }
+  if (output.numel() != 1)
+    throw Error(kiln::cat(op, ": the output has shape ", shape_str(output.shape()),
+                          "; a gradient is implied only for one element; pass the gradient of the output (e.g. ones)"));
+  return Tensor::ones(output.shape(), output.dtype(), output.device()).uop();
+}
+
+}  // namespace
+
+void Tensor::backward(std::optional<Tensor> gradient) {
+  std::vector<Autograd::StatePtr> leaves = Autograd::leaves();
+  const UOpPtr& root = Autograd::graph(*this);
+  std::unordered_set<const UOp*> targets = Autograd::leaf_nodes(leaves);
+  if (!Autograd::depends_on(root, targets))
+    throw Error(kiln::cat("backward: this ", shape_str(shape()), " tensor does not depend on any tensor with requires_grad_() "
+                          "(or it was computed under NoGradGuard or from detach())"));
+  UOpPtr seed = seed_gradient(*this, gradient, "backward");
+  auto grads = backprop(root, seed, targets);
+  for (const Autograd::StatePtr& s : leaves) {
+    std::optional<Tensor> g;
+    for (const UOpPtr& node : {s->uop, s->former}) {
+      if (!node) continue;
+      auto it = grads.find(node.get());
+      if (it == grads.end()) continue;
+      Tensor part(it->second, s->shape);
+      g = g ? *g + part : part;
+    }
+    if (!g) continue;
+    if (g->dtype() != s->uop->dtype) g = g->cast(s->uop->dtype);
+    s->grad = std::make_shared<Tensor>(s->grad ? *s->grad + *g : *g);
+  }
+}
+
+std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& inputs, std::optional<Tensor> grad_output) {
+  std::unordered_set<const UOp*> targets;
+  for (const Tensor& x : inputs) targets.insert(x.uop().get());
+  UOpPtr seed = seed_gradient(output, grad_output, "gradients");
+  auto grads = backprop(Autograd::graph(output), seed, targets);
+  std::vector<Tensor> out;
+  for (const Tensor& x : inputs) {
+    auto it = grads.find(x.uop().get());
+    out.push_back(it == grads.end() ? x.zeros_like() : Tensor(it->second, x.shape()).cast(x.dtype()));
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -57,7 +57,10 @@ using detail::broadcast_shapes;
 using detail::movement;
 using detail::normalize_axis;
 
-Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>(State{std::move(uop), std::move(shape), ""})) {}
+Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>()) {
+  state_->uop = detail::no_grad_wrap(std::move(uop));
+  state_->shape = std::move(shape);
+}
 
 const Shape& Tensor::shape() const { return state_->shape; }
 DType Tensor::dtype() const { return state_->uop->dtype; }
@@ -143,6 +146,8 @@ Tensor Tensor::operator*(double s) const { return *this * scalar_like(s); }
 Tensor Tensor::operator/(double s) const { return *this / scalar_like(s); }
 Tensor operator+(double s, const Tensor& t) { return t + s; }
 Tensor operator*(double s, const Tensor& t) { return t * s; }
+Tensor operator-(double s, const Tensor& t) { return t.scalar_like(s) - t; }
+Tensor operator/(double s, const Tensor& t) { return t.scalar_like(s) / t; }
 Tensor Tensor::maximum(const Tensor& o) const { return binary(Op::MAX, o, "maximum"); }
 Tensor Tensor::minimum(const Tensor& o) const { return binary(Op::MIN, o, "minimum"); }
 Tensor Tensor::lt(const Tensor& o) const { return binary(Op::CMPLT, o, "lt"); }
@@ -175,7 +180,11 @@ Tensor Tensor::in_float(const std::function<Tensor(const Tensor&)>& f) const {
 
 Tensor Tensor::exp() const { return in_float([](const Tensor& x) { return (x * (1.0 / std::numbers::ln2)).exp2(); }); }
 Tensor Tensor::log() const { return in_float([](const Tensor& x) { return x.log2() * std::numbers::ln2; }); }
-Tensor Tensor::relu() const { return maximum(zeros(shape(), dtype(), device())); }
+// where(x <= 0, 0, x) rather than max(x, 0): NaN passes through, and the gradient at 0 is 0, as in PyTorch.
+Tensor Tensor::relu() const {
+  Tensor zero = zeros(shape(), dtype(), device());
+  return le(zero).where(zero, *this);
+}
 Tensor Tensor::sigmoid() const { return in_float([](const Tensor& x) { return ((-x).exp() + 1.0).reciprocal(); }); }
 
 // --- reductions --------------------------------------------------------------------------------
@@ -376,7 +385,8 @@ void realize_all(std::vector<Tensor>& tensors) {
   std::vector<UOpPtr> buffers = realize_uops(outputs);
   for (size_t j = 0; j < which.size(); ++j) {
     Tensor& t = tensors[which[j]];
-    t.state_->uop = movement(Op::RESHAPE, buffers[j], t.shape());
+    UOpPtr before = std::exchange(t.state_->uop, movement(Op::RESHAPE, buffers[j], t.shape()));
+    detail::after_realize(t, before);
   }
 }
 

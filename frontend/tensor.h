@@ -158,6 +158,22 @@ class Tensor {
   Tensor windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation) const;
   Tensor to(const std::string& device) const;
 
+  // --- autograd (frontend/autograd.cpp) --------------------------------------------------------
+  // Gradients are a rewrite of the UOp graph (pm_gradient): backward() builds lazy gradient graphs,
+  // which realize like any other tensor, and which can be differentiated again (second order).
+  Tensor& requires_grad_(bool on = true);   // make this a leaf that collects gradients in grad()
+  bool requires_grad() const;                // a leaf with requires_grad_, or computed from one (outside no_grad)
+  bool is_leaf() const;
+  // d(this)/d(leaf) for every leaf this depends on, added to the leaf's grad() (PyTorch accumulation).
+  // `gradient` defaults to 1 for a one-element tensor.
+  void backward(std::optional<Tensor> gradient = std::nullopt);
+  std::optional<Tensor> grad() const;
+  void set_grad(std::optional<Tensor> grad);  // set_grad(std::nullopt) is zero_grad
+  Tensor detach() const;                      // same value, no gradient flows through
+  // Replaces this tensor's value in place (every handle sees it), keeping its identity as a leaf:
+  // what optimizers do. Shape, dtype and device must match.
+  Tensor& assign(const Tensor& value);
+
   // --- running -------------------------------------------------------------------------------
   Tensor& realize();
   template <typename T>
@@ -175,7 +191,13 @@ class Tensor {
     UOpPtr uop;
     Shape shape;
     std::string device;  // found on first use (device_of walks the graph), then kept
+    // autograd: a leaf's flag and gradient; the graph a realized non-leaf was computed by (so
+    // backward still works after realize); a leaf's value before its last realize or assign.
+    bool requires_grad = false;
+    std::shared_ptr<Tensor> grad;
+    UOpPtr graph, former;
   };
+  friend struct Autograd;
   std::shared_ptr<State> state_;
 
   Tensor unary(Op op) const;
@@ -191,10 +213,32 @@ class Tensor {
   std::vector<int64_t> normalize_axes(std::vector<int64_t> axes, const char* name) const;
   void copy_out(void* dst, DType want);
   friend void realize_all(std::vector<Tensor>& tensors);
+  friend Tensor operator-(double s, const Tensor& t);
+  friend Tensor operator/(double s, const Tensor& t);
 };
+
+// torch.autograd.grad(create_graph=True): d(output)/d(input) for each input, as lazy tensors that can be
+// differentiated again. An input that output does not depend on gets zeros.
+std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& inputs,
+                              std::optional<Tensor> grad_output = std::nullopt);
+
+// torch.no_grad(): while one exists on this thread, new tensors carry no gradient.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool grad_enabled();
 
 Tensor operator+(double s, const Tensor& t);
 Tensor operator*(double s, const Tensor& t);
+Tensor operator-(double s, const Tensor& t);
+Tensor operator/(double s, const Tensor& t);
 
 // Realizes several tensors with one schedule (shared subgraphs computed once).
 void realize_all(std::vector<Tensor>& tensors);

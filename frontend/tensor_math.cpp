@@ -109,12 +109,11 @@ Tensor Tensor::pow(double e) const {
 }
 
 Tensor Tensor::abs() const {
-  if (is_float(dtype()) && (dtype().itemsize() == 4 || dtype().itemsize() == 8)) {
-    // Clear the sign bit: exact for -0.0, inf and NaN.
-    bool wide = dtype().itemsize() == 8;
-    DType bits = wide ? dtypes::uint64 : dtypes::uint32;
-    Tensor mask = detail::constant(uint64_t{wide ? 0x7fffffffffffffffull : 0x7fffffffull}, bits, shape(), device());
-    return bitcast(bits).bitwise_and(mask).bitcast(dtype());
+  if (is_float(dtype())) {
+    // Selects rather than clearing the sign bit, so it is differentiable (the gradient is sign(x), 0 at
+    // 0, as in PyTorch). Zeros of either sign give +0; NaN stays NaN.
+    Tensor zero = zeros_like();
+    return eq(zero).where(zero, lt(zero).where(-*this, *this));
   }
   if (is_unsigned(dtype()) || is_bool(dtype())) return *this;
   return lt(zeros_like()).where(-*this, *this);

@@ -1,1 +1,340 @@
-// (being written)
+// Autograd: every differentiable op against central finite differences in float64, plus the
+// PyTorch semantics of backward() (accumulation, leaves, no_grad, detach, second order) and errors.
+// Runs on the default device; CTest runs it again on REF ("conformance on REF").
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "frontend/tensor.h"
+#include "helpers.h"
+
+using namespace kiln;
+
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// Values whose magnitude is in [lo, hi] with a random sign (or positive only): keeps inputs away from
+// the kinks (0 for abs/relu) and the poles of the op under test.
+std::vector<double> values(std::mt19937& rng, int64_t n, double lo, double hi, bool positive) {
+  std::uniform_real_distribution<double> mag(lo, hi);
+  std::bernoulli_distribution neg(0.5);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = (positive || !neg(rng) ? 1.0 : -1.0) * mag(rng);
+  return v;
+}
+
+struct Input {
+  Shape shape;
+  double lo = 0.2, hi = 2.0;
+  bool positive = false;
+};
+
+// loss = sum(f(x...) * w) with fixed random weights w, so every output element matters differently.
+// The analytic gradient (gradients()) must match central differences: with h = 1e-6 in float64 the
+// truncation error is ~h^2 |f'''| and the rounding error ~1e-16/h, both far below the 1e-6 tolerance.
+void check_grad(const std::string& name, const Fn& f, const std::vector<Input>& inputs, uint32_t seed = 1) {
+  INFO("op: " << name);
+  std::mt19937 rng(seed);
+  std::vector<std::vector<double>> data;
+  for (const Input& in : inputs) data.push_back(values(rng, numel(in.shape), in.lo, in.hi, in.positive));
+  auto make = [&](const std::vector<std::vector<double>>& d) {
+    std::vector<Tensor> xs;
+    for (size_t i = 0; i < inputs.size(); ++i) xs.push_back(Tensor::from_vector<double>(d[i], inputs[i].shape));
+    return xs;
+  };
+  std::vector<Tensor> xs = make(data);
+  Tensor out = f(xs);
+  std::vector<double> w = values(rng, out.numel(), 0.5, 1.5, false);
+  Tensor weights = Tensor::from_vector<double>(w, out.shape());
+  auto loss_of = [&](const std::vector<Tensor>& x) { return (f(x) * weights).sum(); };
+  std::vector<Tensor> analytic = gradients(loss_of(xs), xs);
+  const double h = 1e-6;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    std::vector<double> got = analytic[k].to_vector<double>();
+    REQUIRE(got.size() == data[k].size());
+    for (size_t i = 0; i < data[k].size(); ++i) {
+      auto shifted = [&](double by) {
+        auto d = data;
+        d[k][i] += by;
+        return loss_of(make(d)).item<double>();
+      };
+      double numeric = (shifted(h) - shifted(-h)) / (2 * h);
+      INFO("input " << k << " element " << i << " value " << data[k][i]);
+      CHECK(got[i] == Approx(numeric).margin(1e-6).epsilon(1e-6));
+    }
+  }
+}
+
+Tensor nc(const Tensor& t) { return t.transpose(0, 1); }  // a non-contiguous view of a 2-D input
+
+}  // namespace
+
+TEST_CASE("autograd: unary ops match finite differences", "[autograd]") {
+  Input v{{2, 3}}, pos{{2, 3}, 0.3, 2.0, true}, small{{2, 3}, 0.1, 1.2};
+  check_grad("neg", [](auto& x) { return -x[0]; }, {v});
+  check_grad("abs", [](auto& x) { return x[0].abs(); }, {v});
+  check_grad("exp", [](auto& x) { return x[0].exp(); }, {v});
+  check_grad("exp2", [](auto& x) { return x[0].exp2(); }, {v});
+  check_grad("log", [](auto& x) { return x[0].log(); }, {pos});
+  check_grad("log2", [](auto& x) { return x[0].log2(); }, {pos});
+  check_grad("sqrt", [](auto& x) { return x[0].sqrt(); }, {pos});
+  check_grad("rsqrt", [](auto& x) { return x[0].rsqrt(); }, {pos});
+  check_grad("reciprocal", [](auto& x) { return x[0].reciprocal(); }, {v});
+  check_grad("sin", [](auto& x) { return x[0].sin(); }, {v});
+  check_grad("cos", [](auto& x) { return x[0].cos(); }, {v});
+  check_grad("tan", [](auto& x) { return x[0].tan(); }, {small});
+  check_grad("tanh", [](auto& x) { return x[0].tanh(); }, {v});
+  check_grad("tanh near 0", [](auto& x) { return x[0].tanh(); }, {Input{{5}, 0.001, 0.015}});
+  check_grad("sigmoid", [](auto& x) { return x[0].sigmoid(); }, {v});
+  check_grad("relu", [](auto& x) { return x[0].relu(); }, {v});
+  check_grad("leaky_relu", [](auto& x) { return x[0].leaky_relu(0.1); }, {v});
+  check_grad("gelu", [](auto& x) { return x[0].gelu(); }, {v});
+  check_grad("silu", [](auto& x) { return x[0].silu(); }, {v});
+  check_grad("softplus", [](auto& x) { return x[0].softplus(); }, {v});
+  check_grad("erf", [](auto& x) { return x[0].erf(); }, {v});
+  check_grad("pow scalar", [](auto& x) { return x[0].pow(3.0); }, {v});
+  check_grad("pow 2", [](auto& x) { return x[0].pow(2.0); }, {v});
+  check_grad("pow fractional", [](auto& x) { return x[0].pow(1.7); }, {pos});
+  check_grad("clamp", [](auto& x) { return x[0].clamp(-1.1, 1.3); }, {Input{{2, 3}, 0.2, 1.0}});
+  check_grad("sign", [](auto& x) { return x[0].sign() * x[0]; }, {v});
+  // floor/ceil/round/trunc are flat almost everywhere: 0, away from integers (inputs are not integers).
+  check_grad("floor", [](auto& x) { return x[0].floor() + x[0]; }, {v});
+  check_grad("ceil", [](auto& x) { return x[0].ceil() * 2.0 + x[0]; }, {v});
+  check_grad("round", [](auto& x) { return x[0].round() + x[0]; }, {Input{{2, 3}, 0.6, 1.4}});
+  check_grad("trunc", [](auto& x) { return x[0].trunc() + x[0]; }, {v});
+  check_grad("cast float32 and back", [](auto& x) { return x[0].cast(dtypes::float64) * 3.0; }, {v});
+}
+
+TEST_CASE("autograd: binary ops with broadcasting and views", "[autograd]") {
+  Input a{{2, 3}}, b{{2, 3}}, row{{3}}, col{{2, 1}}, pos{{2, 3}, 0.5, 2.0, true};
+  check_grad("add", [](auto& x) { return x[0] + x[1]; }, {a, b});
+  check_grad("sub broadcast", [](auto& x) { return x[0] - x[1]; }, {a, row});
+  check_grad("mul broadcast both", [](auto& x) { return x[0] * x[1]; }, {col, row});
+  check_grad("div", [](auto& x) { return x[0] / x[1]; }, {a, b});
+  check_grad("div broadcast", [](auto& x) { return x[1] / x[0]; }, {col, a});
+  check_grad("pow tensor", [](auto& x) { return x[0].pow(x[1]); }, {pos, b});
+  check_grad("maximum", [](auto& x) { return x[0].maximum(x[1]); }, {a, b}, 3);
+  check_grad("minimum broadcast", [](auto& x) { return x[0].minimum(x[1]); }, {a, row}, 4);
+  check_grad("where", [](auto& x) { return x[0].gt(x[1]).where(x[0] * 2.0, x[1].exp()); }, {a, b});
+  check_grad("scalar ops", [](auto& x) { return (x[0] + 1.5) * 2.0 - 0.5 / (x[0] * x[0] + 1.0); }, {a});
+  check_grad("non-contiguous", [](auto& x) { return nc(x[0]) * x[1]; }, {Input{{3, 2}}, b});
+  check_grad("same input twice", [](auto& x) { return x[0] * x[0].sin() + x[0]; }, {a});
+}
+
+TEST_CASE("autograd: reductions", "[autograd]") {
+  Input x{{2, 3, 4}};
+  check_grad("sum all", [](auto& t) { return t[0].sum(); }, {x});
+  check_grad("sum axes keepdim", [](auto& t) { return t[0].sum({0, -1}, true) * 2.0; }, {x});
+  check_grad("mean", [](auto& t) { return t[0].mean({1}); }, {x});
+  check_grad("prod", [](auto& t) { return t[0].prod({2}); }, {x});
+  check_grad("max", [](auto& t) { return t[0].max({1}); }, {x});
+  check_grad("min all", [](auto& t) { return t[0].min(); }, {x});
+  check_grad("var", [](auto& t) { return t[0].var({2}); }, {x});
+  check_grad("std keepdim", [](auto& t) { return t[0].std({0, 2}, true); }, {x});
+  check_grad("softmax", [](auto& t) { return t[0].softmax(-1); }, {x});
+  check_grad("log_softmax", [](auto& t) { return t[0].log_softmax(1); }, {x});
+  check_grad("logsumexp", [](auto& t) { return t[0].logsumexp({2}); }, {x});
+  check_grad("cumsum", [](auto& t) { return t[0].cumsum(1); }, {x});
+}
+
+TEST_CASE("autograd: a big full reduction (reduced in two steps) has the exact gradient", "[autograd]") {
+  // Too many elements for finite differences; d/dx sum(x^2) = 2x and d/dx max(x) = one-hot are exact.
+  std::vector<float> v(1 << 17);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7919) % 1000) * 0.01f - 5.0f;
+  v[4242] = 100.0f;
+  Tensor x = Tensor::from_vector<float>(v, {static_cast<int64_t>(v.size())});
+  auto g = gradients((x * x).sum() + x.max(), {x})[0].to_vector<float>();
+  for (size_t i = 0; i < v.size(); ++i) REQUIRE(g[i] == 2 * v[i] + (i == 4242 ? 1.0f : 0.0f));
+}
+
+TEST_CASE("autograd: prod with zeros is exact", "[autograd]") {
+  // d prod / d x_i is the product of the others: with one zero only the zero's entry is non-zero.
+  for (auto [values, expected] : std::vector<std::pair<std::vector<double>, std::vector<double>>>{
+           {{2, 3, 4}, {12, 8, 6}}, {{2, 0, 4}, {0, 8, 0}}, {{0, 3, 0}, {0, 0, 0}}}) {
+    Tensor x = Tensor::from_vector<double>(values, {3});
+    CHECK(gradients(x.prod(), {x})[0].to_vector<double>() == expected);
+  }
+}
+
+TEST_CASE("autograd: max splits the gradient between ties, as PyTorch", "[autograd]") {
+  Tensor x = Tensor::from_vector<double>({1, 5, 5, 2}, {4});
+  CHECK(gradients(x.max(), {x})[0].to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0});
+  Tensor a = Tensor::from_vector<double>({1, 3, -2}, {3}), b = Tensor::from_vector<double>({1, 2, 0}, {3});
+  auto g = gradients(a.maximum(b).sum(), {a, b});
+  CHECK(g[0].to_vector<double>() == std::vector<double>{0.5, 1, 0});
+  CHECK(g[1].to_vector<double>() == std::vector<double>{0.5, 0, 1});
+  // relu and abs: gradient 0 at exactly 0, as PyTorch.
+  Tensor z = Tensor::from_vector<double>({-1, 0, 2}, {3});
+  CHECK(gradients(z.relu().sum(), {z})[0].to_vector<double>() == std::vector<double>{0, 0, 1});
+  CHECK(gradients(z.abs().sum(), {z})[0].to_vector<double>() == std::vector<double>{-1, 0, 1});
+}
+
+TEST_CASE("autograd: movement ops", "[autograd]") {
+  Input x{{2, 3, 4}};
+  check_grad("reshape", [](auto& t) { return t[0].reshape({4, -1}); }, {x});
+  check_grad("permute", [](auto& t) { return t[0].permute({2, 0, 1}); }, {x});
+  check_grad("transpose", [](auto& t) { return t[0].transpose(0, 2); }, {x});
+  check_grad("expand", [](auto& t) { return t[0].reshape({2, 1, 3, 4}).expand({2, 5, 3, 4}); }, {x});
+  check_grad("pad", [](auto& t) { return t[0].pad({{1, 0}, {0, 2}, {1, 1}}); }, {x});
+  check_grad("pad value", [](auto& t) { return t[0].pad({{0, 0}, {1, 1}, {0, 0}}, 3.0); }, {x});
+  check_grad("shrink", [](auto& t) { return t[0].shrink({{0, 1}, {1, 3}, {1, 4}}); }, {x});
+  check_grad("flip", [](auto& t) { return t[0].flip({0, 2}); }, {x});
+  check_grad("squeeze/unsqueeze", [](auto& t) { return t[0].unsqueeze(1).squeeze(1).unsqueeze(-1); }, {x});
+  check_grad("flatten", [](auto& t) { return t[0].flatten(1); }, {x});
+  check_grad("slice negative step", [](auto& t) { return t[0].slice(2, -1, 0, -2); }, {x});
+  check_grad("slice step", [](auto& t) { return t[0].slice(1, 0, std::nullopt, 2); }, {x});
+  check_grad("cat", [](auto& t) { return Tensor::cat({t[0], t[1] * 2.0}, 1); }, {x, Input{{2, 2, 4}}});
+  check_grad("stack", [](auto& t) { return Tensor::stack({t[0], t[1]}, -1); }, {x, x});
+  check_grad("split", [](auto& t) { auto p = t[0].split({1, 2}, 1); return p[0] * 2.0 + p[1].sum({1}, true); }, {x});
+  check_grad("chunk", [](auto& t) { auto p = t[0].chunk(2, 2); return p[0] * p[1]; }, {x});
+  check_grad("repeat", [](auto& t) { return t[0].repeat({2, 1, 3}); }, {x});
+  Tensor index = Tensor::from_vector<int64_t>({0, 2, 2, 1, 0, 0, 2, 1}, {2, 1, 4});
+  check_grad("gather (repeated indices accumulate)", [&](auto& t) { return t[0].gather(1, index); }, {x});
+}
+
+TEST_CASE("autograd: matmul, conv2d, pooling", "[autograd]") {
+  check_grad("matmul 2-D", [](auto& t) { return t[0].matmul(t[1]); }, {Input{{3, 4}}, Input{{4, 2}}});
+  check_grad("matmul batched broadcast", [](auto& t) { return t[0].matmul(t[1]); }, {Input{{2, 3, 4}}, Input{{4, 5}}});
+  check_grad("matmul vector", [](auto& t) { return t[0].matmul(t[1]); }, {Input{{4}}, Input{{4, 3}}});
+  check_grad("conv2d", [](auto& t) { return t[0].conv2d(t[1], t[2], {1, 1}, {1, 1}); },
+             {Input{{2, 2, 5, 5}}, Input{{3, 2, 3, 3}}, Input{{3}}});
+  check_grad("conv2d stride dilation groups", [](auto& t) { return t[0].conv2d(t[1], std::nullopt, {2, 1}, {1, 0}, {1, 2}, 2); },
+             {Input{{1, 4, 6, 6}}, Input{{2, 2, 2, 2}}});
+  check_grad("max_pool2d", [](auto& t) { return t[0].max_pool2d({2, 2}); }, {Input{{1, 2, 4, 4}}}, 7);
+  check_grad("max_pool2d padded", [](auto& t) { return t[0].max_pool2d({3, 3}, std::array<int64_t, 2>{2, 2}, {1, 1}); },
+             {Input{{1, 1, 5, 5}}}, 8);
+  check_grad("avg_pool2d", [](auto& t) { return t[0].avg_pool2d({2, 2}, std::array<int64_t, 2>{1, 1}); }, {Input{{1, 2, 4, 4}}});
+}
+
+TEST_CASE("autograd: float32 and float16 gradients match float64", "[autograd]") {
+  std::vector<double> v = {0.5, -1.25, 2.0, 0.75, -0.3, 1.1};
+  Tensor x64 = Tensor::from_vector<double>(v, {2, 3});
+  auto f = [](const Tensor& x) { return (x.exp() * x.sin() + x.tanh()).sum(); };
+  std::vector<double> want = gradients(f(x64), {x64})[0].to_vector<double>();
+  for (auto [dtype, tol] : {std::pair{dtypes::float32, 1e-5}, std::pair{dtypes::float16, 2e-2}, std::pair{dtypes::bfloat16, 6e-2}}) {
+    Tensor x = x64.cast(dtype).realize();
+    Tensor g = gradients(f(x), {x})[0];
+    REQUIRE(g.dtype() == dtype);
+    std::vector<double> got = g.cast(dtypes::float64).to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(tol).margin(tol));
+  }
+}
+
+TEST_CASE("autograd: backward accumulates into leaves like PyTorch", "[autograd]") {
+  Tensor w = Tensor::from_vector<float>({1, 2, 3}, {3}).requires_grad_();
+  Tensor b = Tensor::from_vector<float>({0.5f}, {1}).requires_grad_();
+  Tensor x = Tensor::from_vector<float>({2, -1, 4}, {3});
+  CHECK(w.requires_grad());
+  CHECK(w.is_leaf());
+  CHECK_FALSE(x.requires_grad());
+  CHECK_FALSE(w.grad().has_value());
+  Tensor y = (w * x + b).sum();
+  CHECK(y.requires_grad());
+  CHECK_FALSE(y.is_leaf());
+  y.backward();
+  CHECK(w.grad()->to_vector<float>() == std::vector<float>{2, -1, 4});
+  CHECK(b.grad()->to_vector<float>() == std::vector<float>{3});
+  // A second backward adds to .grad until it is cleared.
+  (w * w).sum().backward();
+  CHECK(w.grad()->to_vector<float>() == std::vector<float>{4, 3, 10});
+  CHECK(b.grad()->to_vector<float>() == std::vector<float>{3});  // b was not used: unchanged
+  w.set_grad(std::nullopt);
+  (w * 3.0f).sum().backward();
+  CHECK(w.grad()->to_vector<float>() == std::vector<float>{3, 3, 3});
+}
+
+TEST_CASE("autograd: backward after the output was realized", "[autograd]") {
+  Tensor w = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
+  Tensor loss = (w * w * w).sum();
+  CHECK(loss.item<float>() == 9.0f);  // realized: the tensor now reads a buffer
+  loss.backward();
+  CHECK(w.grad()->to_vector<float>() == std::vector<float>{3, 12});
+  // A leaf created lazily and realized between forward and backward still gets its gradient.
+  Tensor v = (Tensor::ones({2}) * 2.0).requires_grad_();
+  Tensor out = (v * v).sum();
+  v.realize();
+  out.backward();
+  CHECK(v.grad()->to_vector<float>() == std::vector<float>{4, 4});
+}
+
+TEST_CASE("autograd: detach, no_grad and assign stop gradients", "[autograd]") {
+  Tensor w = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
+  Tensor y = (w * w.detach()).sum();  // d/dw = w (the detached factor is a constant)
+  y.backward();
+  CHECK(w.grad()->to_vector<float>() == std::vector<float>{1, 2});
+  {
+    NoGradGuard guard;
+    CHECK_FALSE(grad_enabled());
+    Tensor z = (w * 2.0f).sum();
+    CHECK_FALSE(z.requires_grad());
+    CHECK_THROWS_AS(z.backward(), Error);
+    w.assign(w - *w.grad() * 0.5f);  // an optimizer step
+  }
+  CHECK(grad_enabled());
+  CHECK(w.to_vector<float>() == std::vector<float>{0.5, 1});
+  CHECK(w.is_leaf());
+  w.set_grad(std::nullopt);
+  (w * 4.0f).sum().backward();
+  CHECK(w.grad()->to_vector<float>() == std::vector<float>{4, 4});
+}
+
+TEST_CASE("autograd: only the requested leaves get gradients", "[autograd]") {
+  Tensor a = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
+  Tensor b = Tensor::from_vector<float>({3, 4}, {2}).requires_grad_();
+  Tensor c = Tensor::from_vector<float>({5, 6}, {2}).requires_grad_(false);
+  (a * c).sum().backward();
+  CHECK(a.grad().has_value());
+  CHECK_FALSE(b.grad().has_value());
+  CHECK_FALSE(c.grad().has_value());
+  // gradients() of one input of two builds nothing for the other: its result is just zeros.
+  auto g = gradients((a * c).sum(), {a, b});
+  CHECK(g[1].to_vector<float>() == std::vector<float>{0, 0});
+}
+
+TEST_CASE("autograd: second-order gradients", "[autograd]") {
+  // f = sum(x^3 + sin(x) * y): df/dx = 3x^2 + cos(x) y, d2f/dx2 = 6x - sin(x) y, d2f/dxdy = cos(x).
+  std::vector<double> xv = {0.5, -1.0, 2.0}, yv = {1.5, 0.25, -2.0};
+  Tensor x = Tensor::from_vector<double>(xv, {3}), y = Tensor::from_vector<double>(yv, {3});
+  Tensor f = (x * x * x + x.sin() * y).sum();
+  Tensor dx = gradients(f, {x})[0];
+  auto second = gradients(dx.sum(), {x, y});
+  std::vector<double> dxx = second[0].to_vector<double>(), dxy = second[1].to_vector<double>();
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(dxx[i] == Approx(6 * xv[i] - std::sin(xv[i]) * yv[i]).epsilon(1e-12));
+    CHECK(dxy[i] == Approx(std::cos(xv[i])).epsilon(1e-12));
+  }
+  // Third order of exp: every derivative is exp.
+  Tensor e = x.exp().sum();
+  Tensor d1 = gradients(e, {x})[0], d2 = gradients(d1.sum(), {x})[0], d3 = gradients(d2.sum(), {x})[0];
+  for (size_t i = 0; i < 3; ++i) CHECK(d3.to_vector<double>()[i] == Approx(std::exp(xv[i])).epsilon(1e-12));
+  // Through backward(): the gradient of a gradient norm (a gradient penalty), against finite differences.
+  Tensor w = Tensor::from_vector<double>({0.3, -0.7}, {2}).requires_grad_();
+  auto penalty = [](const Tensor& w) {
+    Tensor g = gradients((w.sin() * w).sum(), {w})[0];
+    return (g * g).sum();
+  };
+  penalty(w).backward();
+  std::vector<double> got = w.grad()->to_vector<double>();
+  for (size_t i = 0; i < 2; ++i) {
+    auto at = [&](double by) {
+      std::vector<double> v = {0.3, -0.7};
+      v[i] += by;
+      return penalty(Tensor::from_vector<double>(v, {2})).item<double>();
+    };
+    CHECK(got[i] == Approx((at(1e-6) - at(-1e-6)) / 2e-6).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("autograd: bad use is an error that says what to do", "[autograd]") {
+  Tensor w = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
+  Tensor v = w * 2.0f;
+  CHECK_THROWS_WITH(v.backward(), Catch::Contains("backward") && Catch::Contains("(2,)") && Catch::Contains("gradient"));
+  CHECK_THROWS_WITH(v.backward(Tensor::ones({3})), Catch::Contains("shape (3,)"));
+  CHECK_THROWS_WITH(Tensor::from_vector<int32_t>({1}, {1}).requires_grad_(), Catch::Contains("floating-point"));
+  CHECK_THROWS_WITH(Tensor::ones({2}).sum().backward(), Catch::Contains("does not depend"));
+  CHECK_THROWS_WITH(w.set_grad(Tensor::ones({3})), Catch::Contains("set_grad"));
+  CHECK_THROWS_WITH(w.assign(Tensor::ones({2}, dtypes::float64)), Catch::Contains("assign") && Catch::Contains("float64"));
+  v.backward(Tensor::ones({2}));  // with an explicit gradient it works
+  CHECK(w.grad()->to_vector<float>() == std::vector<float>{2, 2});
+}
