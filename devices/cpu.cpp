@@ -14,18 +14,20 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "uop/config.h"
 #include "uop/hash.h"
-#include "uop/thread_pool.h"
 
 namespace kiln {
 namespace {
@@ -200,6 +202,120 @@ std::string place_bytes(SharedObject& so, const Binary& binary) {
 
 using KernelFn = void (*)(void* const* bufs, const int64_t* vars, int64_t gid_begin, int64_t gid_end);
 
+// Helper threads that run a launch's chunks beside the caller, one launch at a time.
+//
+// Why not the pool's workers: they sleep on a condition variable between tasks, and waking a sleeping
+// thread takes up to milliseconds on these virtual machines (the host deschedules an idle vCPU). A
+// memory-bound kernel of a few milliseconds then ran both halves on the caller (half the bandwidth), or
+// the woken worker preempted the caller on its core and ran both itself: `kiln bench` saw 50% or 100%
+// of the OpenMP reference from run to run. These helpers spin for kSpinAfterLaunch after each launch
+// before they sleep (as OpenMP's threads do), so back-to-back launches find them awake, and there is
+// one fewer of them than cores, since the caller works too.
+class LaunchTeam {
+ public:
+  explicit LaunchTeam(int helpers) {
+    for (int i = 0; i < helpers; ++i) helpers_.emplace_back([this] { help(); });
+  }
+  ~LaunchTeam() {
+    stopping_ = true;
+    {
+      std::lock_guard<std::mutex> lock(sleep_mu_);
+      wake_.notify_all();
+    }
+    for (std::thread& t : helpers_) t.join();
+  }
+
+  // Cuts [0, n) into `chunks` contiguous parts that the caller and the helpers claim in turn; returns
+  // false, having run nothing, when another launch holds the team.
+  bool run(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& body) {
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    // The job's fields are written only while no helper is inside (see the end of this function).
+    body_ = &body;
+    n_ = n;
+    chunks_ = chunks;
+    next_ = 0;
+    done_ = 0;
+    open_.store(true);
+    generation_.fetch_add(1);
+    if (sleeping_.load() > 0) {  // seq_cst with the helper's sleeping_++ then generation_ check: no lost wakeup
+      std::lock_guard<std::mutex> lock(sleep_mu_);
+      wake_.notify_all();
+    }
+    run_chunks();
+    wait_until([&] { return done_.load() == chunks_; });
+    open_.store(false);
+    wait_until([&] { return inside_.load() == 0; });  // no helper still reads the fields
+    return true;
+  }
+
+ private:
+  // Long enough to cover the gap between the kernels of one realize and between realizes in a loop
+  // (graph building and a cached schedule take tens of microseconds); short enough to give the core
+  // back soon when nothing follows.
+  static constexpr auto kSpinAfterLaunch = std::chrono::milliseconds(1);
+
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
+  template <typename Done>
+  static void wait_until(Done done) {
+    for (int spins = 0; !done(); ++spins) {
+      pause();
+      if (spins > 4096) std::this_thread::yield();  // a helper was preempted mid-chunk: let it run
+    }
+  }
+
+  void run_chunks() {
+    int64_t chunk = (n_ + chunks_ - 1) / chunks_;
+    for (int64_t i = next_.fetch_add(1); i < chunks_; i = next_.fetch_add(1)) {
+      int64_t lo = i * chunk, hi = std::min(n_, lo + chunk);
+      if (lo < hi) (*body_)(lo, hi);
+      done_.fetch_add(1);
+    }
+  }
+
+  void help() {
+    uint64_t seen = 0;
+    while (!stopping_) {
+      auto deadline = std::chrono::steady_clock::now() + kSpinAfterLaunch;
+      for (int spins = 0; generation_.load() == seen && !stopping_; ++spins) {
+        pause();
+        if (spins % 256 != 255 || std::chrono::steady_clock::now() < deadline) continue;
+        std::unique_lock<std::mutex> lock(sleep_mu_);
+        ++sleeping_;
+        wake_.wait(lock, [&] { return generation_.load() != seen || stopping_; });
+        --sleeping_;
+      }
+      seen = generation_.load();
+      ++inside_;
+      if (open_.load()) run_chunks();
+      --inside_;
+    }
+  }
+
+  std::mutex busy_;  // held by the launch using the team
+  std::mutex sleep_mu_;
+  std::condition_variable wake_;
+  std::atomic<uint64_t> generation_{0};  // one more per launch
+  std::atomic<bool> open_{false}, stopping_{false};
+  std::atomic<int> inside_{0}, sleeping_{0};
+  std::atomic<int64_t> next_{0}, done_{0};
+  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  int64_t n_ = 0, chunks_ = 0;
+  std::vector<std::thread> helpers_;
+};
+
+// One team for the process (every CPU device and program shares the cores), started on first use and
+// leaked on purpose: a program may launch from a static object's destructor.
+LaunchTeam& launch_team() {
+  static LaunchTeam* team = new LaunchTeam(int(std::max(1u, std::thread::hardware_concurrency())) - 1);
+  return *team;
+}
+
 class CpuProgram : public Program {
  public:
   CpuProgram(std::unique_ptr<SharedObject> so, KernelFn fn, std::string name, int threads)
@@ -217,10 +333,15 @@ class CpuProgram : public Program {
     const int64_t* var_values = vars.empty() ? nullptr : vars.data();
     auto start = std::chrono::steady_clock::now();
     // One contiguous chunk per thread: a gid may be a whole row or a thread's share of an axis, so
-    // finer chunks would cut into the lowering's choice; global[0] == 1 stays on this thread.
-    int64_t n = global[0], grain = (n + threads_ - 1) / threads_;
-    default_pool().parallel_for(
-        0, n, [&](int64_t lo, int64_t hi) { fn_(pointers.data(), var_values, lo, hi); }, std::max<int64_t>(grain, 1));
+    // finer chunks would cut into the lowering's choice; global[0] == 1 stays on this thread, and so
+    // does a launch made while another one holds the team (several threads launching at once).
+    int64_t n = global[0];
+    auto body = [&](int64_t lo, int64_t hi) { fn_(pointers.data(), var_values, lo, hi); };
+    if (n > 1 && threads_ > 1) {
+      if (!launch_team().run(n, std::min<int64_t>(n, threads_), body)) body(0, n);
+    } else if (n > 0) {
+      body(0, n);
+    }
     if (!timed) return 0.0;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }

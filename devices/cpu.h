@@ -1,5 +1,5 @@
 // The CPU device: C kernels compiled by clang (or gcc) into shared objects, loaded with dlopen, and run
-// with the launch split over default_pool().
+// with the launch split over the caller and a team of spinning helper threads (cpu.cpp: LaunchTeam).
 //
 //   Device& cpu = get_device("CPU");
 //   Binary bin = cpu.compile(source, "E_4");   // runs the compiler only on a miss of the on-disk cache
@@ -14,7 +14,8 @@
 // - the kernel computes every global index gid in [gid_begin, gid_end) of dimension 0, and nothing else.
 //
 // launch() takes global = {n, 1, 1} and local = {1, 1, 1} (anything else throws Error) and cuts [0, n)
-// into at most spec().threads contiguous chunks, one call per chunk, run on the pool and the caller.
+// into at most spec().threads contiguous chunks, one call per chunk, run on the caller and the helpers
+// (a launch made while another one holds the helpers runs whole on its caller).
 // A gid is whatever unit of work the lowering chose (an element, a row, one thread's share of an axis),
 // so the runtime cannot judge how small a launch is: global[0] == 1 runs inline on the caller with no
 // thread handoff, and the lowering launches that way for kernels too small to be worth splitting.

@@ -7,8 +7,10 @@
 #include <unordered_map>
 
 #include "lower/lower.h"
+#include "schedule/schedule_cache.h"
 #include "uop/big_stack.h"
 #include "uop/config.h"
+#include "uop/hash.h"
 
 namespace kiln {
 
@@ -60,25 +62,31 @@ struct CompiledKernel {
   std::unique_ptr<Program> program;
 };
 
+// Keyed by the AST node itself: ASTs are interned and each entry keeps its AST alive, so the address
+// identifies the kernel for as long as the entry exists, and a lookup is one hash of two pointers.
 class KernelCache {
  public:
   CompiledKernel& get(Device& device, const UOpPtr& ast) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& bucket = cache_[{device.spec().name, ast->hash()}];
-    for (auto& entry : bucket)
-      if (entry->ast == ast) return *entry;
-    auto entry = std::make_unique<CompiledKernel>();
-    entry->ast = ast;
-    entry->lowered = lower_kernel(ast, device.spec());
-    entry->program = device.load(device.compile(entry->lowered.source, entry->lowered.name));
+    std::unique_ptr<CompiledKernel>& entry = cache_[{&device, ast.get()}];
+    if (entry) return *entry;
+    auto compiled = std::make_unique<CompiledKernel>();
+    compiled->ast = ast;
+    compiled->lowered = lower_kernel(ast, device.spec());
+    compiled->program = device.load(device.compile(compiled->lowered.source, compiled->lowered.name));
     ++g_lowered;
-    bucket.push_back(std::move(entry));
-    return *bucket.back();
+    entry = std::move(compiled);
+    return *entry;
   }
 
  private:
+  struct KeyHash {
+    size_t operator()(const std::pair<const Device*, const UOp*>& k) const {
+      return hash_combine(reinterpret_cast<uintptr_t>(k.first), reinterpret_cast<uintptr_t>(k.second));
+    }
+  };
   std::mutex mu_;
-  std::map<std::pair<std::string, uint64_t>, std::vector<std::unique_ptr<CompiledKernel>>> cache_;
+  std::unordered_map<std::pair<const Device*, const UOp*>, std::unique_ptr<CompiledKernel>, KeyHash> cache_;
 };
 
 KernelCache& kernel_cache() {
@@ -127,10 +135,26 @@ void DeviceBuffer::release() {
 }
 
 UOpPtr device_node(const std::string& name) {
+  // The frontend asks for every constant: remember each name's node (a DEVICE node is tiny and shared).
+  // The default device is read from config() each time, since code and tests may change it.
+  struct Known {
+    std::string name, config_device;
+    UOpPtr node;
+  };
+  static std::mutex mu;
+  static std::vector<Known>* known = new std::vector<Known>();  // leaked: nodes may be used after main
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Known& k : *known)
+      if (k.name == name && (!name.empty() || k.config_device == config().device)) return k.node;
+  }
   std::string resolved = name.empty() ? default_device_name() : name;
   for (char& c : resolved) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   get_device(resolved);  // throws Error naming the device and why it is unavailable
-  return UOp::make(Op::DEVICE, dtypes::void_, {}, resolved);
+  UOpPtr node = UOp::make(Op::DEVICE, dtypes::void_, {}, resolved);
+  std::lock_guard<std::mutex> lock(mu);
+  if (known->size() < 64) known->push_back({name, config().device, node});  // bounded: names are few
+  return node;
 }
 
 UOpPtr new_buffer(const UOpPtr& device, int64_t size, DType dtype) {
@@ -147,15 +171,29 @@ DeviceBuffer& storage_of(const UOpPtr& buffer) {
   return *static_cast<DeviceBuffer*>(arg.storage.get());
 }
 
-Schedule schedule_uops(const std::vector<UOpPtr>& outputs) {
+namespace {
+
+UOpPtr find_realized(const UOpPtr& u) { return realized_map().find(u); }
+
+Schedule create_schedule_on_big_stack(const std::vector<UOpPtr>& outputs, const BufferMaker& make_buffer) {
   // The scheduler and kernel builder recurse per node: long graphs get a big stack (uop/big_stack.h).
-  return with_big_stack([&] {
-    return create_schedule(outputs, new_buffer, [](const UOpPtr& u) { return realized_map().find(u); });
-  });
+  return with_big_stack([&] { return create_schedule(outputs, make_buffer, find_realized); });
 }
 
+ScheduleCache& schedule_cache() {
+  static ScheduleCache* cache = new ScheduleCache();
+  return *cache;
+}
+
+}  // namespace
+
+Schedule schedule_uops(const std::vector<UOpPtr>& outputs) { return create_schedule_on_big_stack(outputs, new_buffer); }
+
 std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs) {
-  Schedule s = schedule_uops(outputs);
+  // The same computation on other data (a loop rebuilding the same graph) reuses its schedule.
+  Schedule s = schedule_cache().get(outputs, new_buffer, find_realized, [&](const BufferMaker& make_buffer) {
+    return create_schedule_on_big_stack(outputs, make_buffer);
+  });
   if (config().debug >= 1) std::cerr << "kiln: realize: " << s.items.size() << " items\n";
   for (size_t i = 0; i < s.items.size(); ++i) {
     run_item(s.items[i]);
@@ -166,6 +204,8 @@ std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs) {
   return s.outputs;
 }
 
-RealizeStats realize_stats() { return {g_lowered.load(), g_launched.load()}; }
+RealizeStats realize_stats() {
+  return {g_lowered.load(), g_launched.load(), schedule_cache().hits(), schedule_cache().misses()};
+}
 
 }  // namespace kiln

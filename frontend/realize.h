@@ -2,9 +2,9 @@
 //
 //   std::vector<UOpPtr> buffers = realize_uops({t.uop()});   // the BUFFER now holding each value
 //
-// Kernels are cached in memory by their AST (structurally hashed, so the same computation on new
-// buffers hits) and compiled binaries on disk by the device, so realizing a graph again lowers and
-// compiles nothing.
+// Schedules are cached by the graph's structure with its inputs abstracted (schedule/schedule_cache.h),
+// kernels in memory by their AST (interned, with no buffer identities) and compiled binaries on disk by
+// the device, so realizing the same computation again on new data schedules, lowers and compiles nothing.
 #pragma once
 #include <vector>
 
@@ -32,9 +32,11 @@ DeviceBuffer& storage_of(const UOpPtr& buffer);
 std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs);
 Schedule schedule_uops(const std::vector<UOpPtr>& outputs);
 
-// Statistics for tests: kernels lowered+compiled (cache misses) and launched since start.
+// Statistics for tests: kernels lowered+compiled (cache misses) and launched since start; realizes whose
+// schedule came from the schedule cache (hits) and those that were scheduled (misses).
 struct RealizeStats {
   size_t kernels_lowered = 0, kernels_launched = 0;
+  size_t schedule_hits = 0, schedule_misses = 0;
 };
 RealizeStats realize_stats();
 

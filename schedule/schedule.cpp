@@ -1,6 +1,7 @@
 #include "schedule/schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <unordered_map>
 #include <set>
 #include <tuple>
@@ -10,17 +11,47 @@
 
 namespace kiln {
 
+namespace {
+
+// The nodes a search has seen: a linear scan of a fixed array while few (device_of usually stops
+// within a few dozen nodes, where hashing and allocating cost more than the search), a hash set beyond.
+class SeenSet {
+ public:
+  bool insert(const UOp* u) {
+    if (size_ > small_.size()) return large_.insert(u).second;
+    if (std::find(small_.begin(), small_.begin() + static_cast<ptrdiff_t>(size_), u) != small_.begin() + static_cast<ptrdiff_t>(size_))
+      return false;
+    if (size_ < small_.size()) {
+      small_[size_++] = u;
+      return true;
+    }
+    large_.insert(small_.begin(), small_.end());
+    ++size_;  // from now on, past the array: the set holds everything
+    return large_.insert(u).second;
+  }
+
+ private:
+  std::array<const UOp*, 48> small_;
+  size_t size_ = 0;
+  std::unordered_set<const UOp*> large_;
+};
+
+}  // namespace
+
 UOpPtr device_of(const UOpPtr& u) {
   // Breadth first: the nearest DEVICE is usually a few steps away (a constant's), even at the end of a
   // long chain of ops, so this stays cheap when the frontend asks for every new tensor.
-  std::vector<const UOpPtr*> level{&u}, next;
-  std::unordered_set<const UOp*> seen;
+  // Scratch kept per thread: the frontend asks once per new tensor, and allocating was most of the cost.
+  thread_local std::vector<const UOpPtr*> level, next;
+  level.assign(1, &u);
+  next.clear();
+  SeenSet seen;
   while (!level.empty()) {
     for (const UOpPtr* n : level) {
       if ((*n)->op == Op::DEVICE) return *n;
       if ((*n)->op == Op::COPY) return (*n)->src[1];  // a copy's own DEVICE is its destination
       for (const UOpPtr& s : (*n)->src)
-        if (seen.insert(s.get()).second) next.push_back(&s);
+        if (seen.insert(s.get())) next.push_back(&s);
     }
     level.swap(next);
     next.clear();
@@ -51,12 +82,19 @@ class Scheduler {
   }
 
  private:
+  // Only above the leaves: what lies below a realized node is never computed here, so it neither uses
+  // a node nor costs a walk (the graph behind a realized node can be a whole training history).
   void count_users(const std::vector<UOpPtr>& outputs) {
-    for (const UOpPtr& out : outputs)
-      for (const UOpPtr& u : toposort(out)) {
-        if (!visited_.insert(u.get()).second || is_leaf(u)) continue;
-        for (const UOpPtr& s : u->src) ++users_[s.get()];
+    std::vector<UOpPtr> stack(outputs.begin(), outputs.end());
+    while (!stack.empty()) {
+      UOpPtr u = std::move(stack.back());
+      stack.pop_back();
+      if (!visited_.insert(u.get()).second || is_leaf(u)) continue;
+      for (const UOpPtr& s : u->src) {
+        ++users_[s.get()];
+        stack.push_back(s);
       }
+    }
   }
 
   bool is_leaf(const UOpPtr& u) const { return u->op == Op::BUFFER || u->op == Op::DEVICE || realized_(u) != nullptr; }
