@@ -2,6 +2,7 @@
 // list of steps with loops matched and sources resolved, launch() walks the steps once per gid.
 #include "devices/ref.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -32,17 +33,24 @@ enum class Kind : uint8_t {
   StoreGated,  // STORE(INDEX, value, gate)
   DefineReg,   // DEFINE_REG(init, ranges...): (re)initializes the accumulator
   Assign,      // ASSIGN(DEFINE_REG, value)
-  Alu,         // ALU ops and CAST
-  Bitcast,     // BITCAST
+  Alu,         // ALU ops and CAST, lane by lane on vectors
+  Bitcast,     // BITCAST, lane by lane on vectors
+  Vectorize,   // VECTORIZE: a vector of its scalar sources
+  Gep,         // GEP: one lane of a vector
 };
 
+// Values live in one array of slots: a scalar takes one, a vector one per lane (lanes in order).
 struct Step {
   Kind kind = Kind::Nothing;
   const UOp* node = nullptr;
   DType dtype;                      // of the value (a DEFINE_REG's pointee when it is a pointer)
   DType in;                         // ALU: the operands' dtype; memory steps: the buffer's element dtype
-  std::array<int32_t, 3> src{-1, -1, -1};  // positions of the sources whose values the step reads
-  size_t aux = 0;                   // RANGE: its END; END: its RANGE; memory steps: buffer slot; Var: index
+  size_t out = 0;                   // the slot of the step's value (its first lane)
+  size_t lanes = 1;                 // lanes of the value (of the stored value, for a STORE)
+  std::array<int32_t, 3> src{-1, -1, -1};  // slots of the sources' values the step reads
+  std::vector<int32_t> vector_src;  // VECTORIZE: the slot of each lane's source
+  size_t aux = 0;                   // RANGE: its END; END: its RANGE; memory steps: buffer slot; Var: index;
+                                    // GEP: the lane
   ConstValue value;                 // CONST
   std::pair<int64_t, int64_t> bounds{0, 0};  // DEFINE_VAR: the range the program was simplified for
 };
@@ -131,7 +139,7 @@ class RefProgram : public Program {
   struct Frame {
     std::span<const RawBuffer> bufs;
     std::vector<ConstValue> var_values;
-    std::vector<ConstValue> values;  // one per position of the program, then the inlined constants
+    std::vector<ConstValue> values;  // the slots of the program's values, then of the inlined constants
     int64_t gid = 0;
   };
 
@@ -143,19 +151,19 @@ class RefProgram : public Program {
   Step make_step(size_t pos, const std::unordered_map<const UOp*, size_t>& defined, const std::vector<int>& loop_of,
                  const std::vector<bool>& open);
   void run(Frame& f) const;
-  ConstValue alu(const Step& s, const Frame& f, size_t pos) const;
+  ConstValue alu(const Step& s, const Frame& f, size_t pos, size_t lane) const;
   unsigned char* address(const Step& s, const Frame& f, size_t pos, const char* access) const;
-  // A CONST source that is not in the program: its value lives after the program's positions.
+  // A CONST source that is not in the program: its value (in every lane) lives after the program's.
   size_t inline_const(const UOpPtr& u) {
-    auto [it, added] = inline_slots_.emplace(u.get(), linear_.size() + inline_consts_.size());
-    if (added) inline_consts_.push_back(u->const_value());
+    auto [it, added] = inline_slots_.emplace(u.get(), program_slots_ + inline_consts_.size());
+    if (added) inline_consts_.insert(inline_consts_.end(), u->dtype.count, u->const_value());
     return it->second;
   }
 
   std::string name_;
   std::vector<UOpPtr> linear_;
   std::vector<Step> steps_;
-  size_t num_buffers_ = 0, num_vars_ = 0;
+  size_t num_buffers_ = 0, num_vars_ = 0, program_slots_ = 0;
   std::vector<ConstValue> inline_consts_;
   std::unordered_map<const UOp*, size_t> inline_slots_;
 };
@@ -167,10 +175,16 @@ void RefProgram::build_steps() {
   std::vector<int> loop_of(linear_.size(), -1);    // innermost RANGE open at each position
   std::vector<bool> open(linear_.size(), false);
   std::vector<size_t> loops;
+  std::vector<size_t> slots;
+  for (const UOpPtr& u : linear_) {
+    slots.push_back(program_slots_);
+    program_slots_ += u->dtype.is_ptr ? 1 : u->dtype.count;
+  }
   for (size_t pos = 0; pos < linear_.size(); ++pos) {
     const UOpPtr& u = linear_[pos];
-    if (u->dtype.count != 1) fail(pos, "vector dtypes are not supported yet (nor by the C renderer)");
     steps_.push_back(make_step(pos, defined, loop_of, open));
+    steps_.back().out = slots[pos];
+    if (u->op != Op::STORE) steps_.back().lanes = u->dtype.is_ptr ? 1 : u->dtype.count;
     loop_of[pos] = loops.empty() ? -1 : static_cast<int>(loops.back());
     if (u->op == Op::RANGE) {
       loops.push_back(pos);
@@ -197,16 +211,26 @@ Step RefProgram::make_step(size_t pos, const std::unordered_map<const UOp*, size
   s.node = u.get();
   s.dtype = u->dtype.is_ptr ? u->dtype.deref() : u->dtype;
   // The position of source i, which must be computed earlier and visible here (C's block scoping).
-  auto use = [&](size_t i) -> size_t {
+  auto position = [&](size_t i) -> size_t {
     const UOpPtr& src = u->src.at(i);
     auto it = defined.find(src.get());
-    if (it == defined.end() && src->op == Op::CONST) return inline_const(src);  // the C renderer inlines these
+    if (it == defined.end() && src->op == Op::CONST) return SIZE_MAX;  // the C renderer inlines these
     if (it == defined.end()) fail(pos, cat("source ", i, " (", op_name(src->op), ") is not computed before its use"));
     size_t q = it->second;
     int loop = linear_[q]->op == Op::RANGE ? static_cast<int>(q) : loop_of[q];
     if (loop >= 0 && !open[static_cast<size_t>(loop)])
       fail(pos, cat("source ", i, " was computed at ", q, " inside the loop of RANGE ", loop, ", which has ended"));
     return q;
+  };
+  auto step_of = [&](size_t i) -> const Step& {
+    size_t q = position(i);
+    if (q == SIZE_MAX) fail(pos, cat("source ", i, " must be computed by the program, not be a constant"));
+    return steps_[q];
+  };
+  // The slot of source i's value.
+  auto use = [&](size_t i) -> int32_t {
+    size_t q = position(i);
+    return static_cast<int32_t>(q == SIZE_MAX ? inline_const(u->src[i]) : steps_[q].out);
   };
   auto need_int = [&](size_t i, const char* what) {
     if (!is_int(u->src.at(i)->dtype)) fail(pos, cat(what, " must be an integer, not ", u->src[i]->dtype.name()));
@@ -218,10 +242,18 @@ Step RefProgram::make_step(size_t pos, const std::unordered_map<const UOp*, size
   // A LOAD or STORE through INDEX: the buffer slot and element dtype come from the INDEX's DEFINE_GLOBAL.
   auto through_index = [&]() {
     if (u->src[0]->op != Op::INDEX) fail(pos, cat("source 0 must be an INDEX, not ", op_name(u->src[0]->op)));
-    size_t index = use(0);
-    s.src[0] = static_cast<int32_t>(index);
-    s.aux = steps_[index].aux;
-    s.in = steps_[index].in;
+    const Step& index = step_of(0);
+    s.src[0] = index.out;
+    s.aux = index.aux;
+    s.in = index.in;
+    // A vector access moves consecutive elements: the INDEX points to as many as the value has lanes.
+    DType value = u->op == Op::LOAD ? u->dtype : u->src.at(1)->dtype;
+    if (value.count != u->src[0]->dtype.deref().count)
+      fail(pos, cat("a ", value.name(), " moves through an INDEX of ", u->src[0]->dtype.name(), ": the lanes must match"));
+    s.lanes = value.count;
+  };
+  auto need_scalar_gate = [&](size_t i) {
+    if (u->src.at(i)->dtype.count != 1) fail(pos, cat("the gate must be a scalar, not ", u->src[i]->dtype.name()));
   };
   switch (u->op) {
     case Op::CONST:
@@ -249,14 +281,14 @@ Step RefProgram::make_step(size_t pos, const std::unordered_map<const UOp*, size
         fail(pos, "REF (like the CPU ABI) runs launch dimension 0 only: the one SPECIAL is gidx0");
       need_int(0, "the SPECIAL's size");
       s.kind = Kind::Special;
-      s.src[0] = static_cast<int32_t>(use(0));
+      s.src[0] = use(0);
       return s;
     case Op::RANGE:
       need_arg(std::get_if<int64_t>(&u->arg), "an axis id (int)");
       if (!is_int(u->dtype)) fail(pos, "loop counters are integers");
       need_int(0, "the loop bound");
       s.kind = Kind::Range;
-      s.src[0] = static_cast<int32_t>(use(0));
+      s.src[0] = use(0);
       return s;
     case Op::END:
       if (u->src.size() != 1 || u->src[0]->op != Op::RANGE)
@@ -271,14 +303,14 @@ Step RefProgram::make_step(size_t pos, const std::unordered_map<const UOp*, size
                   "gate the LOAD/STORE instead");
       need_int(1, "the index");
       s.kind = Kind::Index;
-      s.aux = steps_[use(0)].aux;
+      s.aux = step_of(0).aux;
       s.in = u->src[0]->dtype.deref();
-      s.src[0] = static_cast<int32_t>(use(1));
+      s.src[0] = use(1);
       return s;
     case Op::LOAD:
       if (u->src[0]->op == Op::DEFINE_REG) {  // the other sources (ranges, the loop's END) only order the read
         s.kind = Kind::LoadReg;
-        s.src[0] = static_cast<int32_t>(use(0));
+        s.src[0] = use(0);
         return s;
       }
       if (u->src.size() > 3) fail(pos, "a LOAD through INDEX has at most (INDEX, alt, gate)");
@@ -286,38 +318,45 @@ Step RefProgram::make_step(size_t pos, const std::unordered_map<const UOp*, size
       s.kind = Kind::Load;  // a second source alone only orders the load (as in the C renderer)
       if (u->src.size() == 3) {
         s.kind = Kind::LoadGated;
-        s.src[1] = static_cast<int32_t>(use(1));
-        s.src[2] = static_cast<int32_t>(use(2));
+        need_scalar_gate(2);
+        if (u->src[1]->dtype != u->dtype) fail(pos, cat("the value where the gate is false must be a ", u->dtype.name()));
+        s.src[1] = use(1);
+        s.src[2] = use(2);
       }
       return s;
     case Op::STORE:
       if (u->src.size() > 3) fail(pos, "a STORE has at most (INDEX, value, gate)");
       through_index();
       s.kind = u->src.size() == 3 ? Kind::StoreGated : Kind::Store;
-      s.src[1] = static_cast<int32_t>(use(1));
-      if (u->src.size() == 3) s.src[2] = static_cast<int32_t>(use(2));
+      s.src[1] = use(1);
+      if (u->src.size() == 3) {
+        need_scalar_gate(2);
+        s.src[2] = use(2);
+      }
       return s;
     case Op::DEFINE_REG:  // sources after the initial value are the loops it lives in: ordering only
       need_arg(std::get_if<int64_t>(&u->arg), "an accumulator id (int)");
       if (u->src.empty()) fail(pos, "DEFINE_REG needs its initial value as source 0");
       s.kind = Kind::DefineReg;
-      s.src[0] = static_cast<int32_t>(use(0));
+      s.src[0] = use(0);
       return s;
     case Op::ASSIGN:
       // Sources after the value are the loops the update runs in: ordering only, as in the C renderer.
       if (u->src.size() < 2 || u->src[0]->op != Op::DEFINE_REG)
         fail(pos, "ASSIGN in a kernel writes (DEFINE_REG, value, ranges...)");
       s.kind = Kind::Assign;
-      s.dtype = steps_[use(0)].dtype;
-      s.src[0] = static_cast<int32_t>(use(0));
-      s.src[1] = static_cast<int32_t>(use(1));
+      s.dtype = step_of(0).dtype;
+      if (u->src[1]->dtype != s.dtype) fail(pos, cat("assigns a ", u->src[1]->dtype.name(), " to a ", s.dtype.name()));
+      s.src[0] = use(0);
+      s.src[1] = use(1);
       return s;
     case Op::BITCAST:
-      if (u->src[0]->dtype.itemsize() != u->dtype.itemsize() || u->dtype.is_ptr || u->src[0]->dtype.is_ptr)
-        fail(pos, cat("BITCAST from ", u->src[0]->dtype.name(), " changes the size"));
+      if (u->src[0]->dtype.itemsize() != u->dtype.itemsize() || u->dtype.is_ptr || u->src[0]->dtype.is_ptr ||
+          u->src[0]->dtype.count != u->dtype.count)
+        fail(pos, cat("BITCAST from ", u->src[0]->dtype.name(), " changes the size (or the lanes)"));
       s.kind = Kind::Bitcast;
       s.in = u->src[0]->dtype;
-      s.src[0] = static_cast<int32_t>(use(0));
+      s.src[0] = use(0);
       return s;
     case Op::CAST:
     case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
@@ -332,7 +371,9 @@ Step RefProgram::make_step(size_t pos, const std::unordered_map<const UOp*, size
           fail(pos, cat("source ", i, " (", op_name(u->src[i]->op), ") has no value"));
         if (i >= first && u->op != Op::CAST && u->src[i]->dtype != s.in)
           fail(pos, cat("operands of one op share a dtype (uop/ops.h), got ", s.in.name(), " and ", u->src[i]->dtype.name()));
-        s.src[i] = static_cast<int32_t>(use(i));
+        if (u->src[i]->dtype.count != u->dtype.count)
+          fail(pos, cat("operands have the result's lanes: ", u->src[i]->dtype.name(), " for a ", u->dtype.name()));
+        s.src[i] = use(i);
       }
       if (u->dtype.is_ptr || u->dtype.scalar == ScalarType::Void) fail(pos, "an ALU result needs a value dtype");
       return s;
@@ -340,8 +381,27 @@ Step RefProgram::make_step(size_t pos, const std::unordered_map<const UOp*, size
     case Op::SINK: case Op::NOOP: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY:
     case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND:
     case Op::PAD: case Op::SHRINK: case Op::FLIP: case Op::DEFINE_LOCAL: case Op::REDUCE: case Op::BARRIER:
-    case Op::IF: case Op::ENDIF: case Op::VECTORIZE: case Op::GEP:
+    case Op::IF: case Op::ENDIF:
       break;
+    case Op::VECTORIZE:
+      if (u->dtype.is_ptr || u->src.size() != u->dtype.count)
+        fail(pos, cat("a VECTORIZE of ", u->dtype.name(), " has one scalar source per lane, not ", u->src.size()));
+      s.kind = Kind::Vectorize;
+      for (size_t i = 0; i < u->src.size(); ++i) {
+        if (u->src[i]->dtype != u->dtype.scalar_of()) fail(pos, cat("source ", i, " is a ", u->src[i]->dtype.name()));
+        s.vector_src.push_back(use(i));
+      }
+      return s;
+    case Op::GEP: {
+      int64_t lane = need_arg(std::get_if<int64_t>(&u->arg), "a lane (int)");
+      DType from = u->src[0]->dtype;
+      if (from.is_ptr || lane < 0 || lane >= from.count || u->dtype != from.scalar_of())
+        fail(pos, cat("GEP ", lane, " of a ", from.name(), " gives one of its lanes"));
+      s.kind = Kind::Gep;
+      s.aux = static_cast<size_t>(lane);
+      s.src[0] = use(0);
+      return s;
+    }
   }
   fail(pos, "not an op of a lowered program REF runs (the C renderer does not handle it either)");
 }
@@ -350,17 +410,17 @@ unsigned char* RefProgram::address(const Step& s, const Frame& f, size_t pos, co
   const RawBuffer& buffer = f.bufs[s.aux];
   int64_t index = as_index(f.values[static_cast<size_t>(s.src[0])]);
   size_t item = s.in.itemsize(), elements = buffer.bytes / item;
-  if (index < 0 || static_cast<uint64_t>(index) >= elements)
-    fail(pos, cat(access, " of buffer ", s.aux, " at index ", index, " (gid ", f.gid, "), outside the buffer: it holds ",
-                  elements, " elements of ", s.in.name(), " (", buffer.bytes, " bytes)"));
+  if (index < 0 || static_cast<uint64_t>(index) >= elements || elements - static_cast<uint64_t>(index) < s.lanes)
+    fail(pos, cat(access, " of buffer ", s.aux, " at index ", index, s.lanes > 1 ? cat(" (", s.lanes, " lanes)") : "", " (gid ",
+                  f.gid, "), outside the buffer: it holds ", elements, " elements of ", s.in.name(), " (", buffer.bytes, " bytes)"));
   return static_cast<unsigned char*>(buffer.handle) + static_cast<size_t>(index) * item;
 }
 
-ConstValue RefProgram::alu(const Step& s, const Frame& f, size_t pos) const {
+ConstValue RefProgram::alu(const Step& s, const Frame& f, size_t pos, size_t lane) const {
   const UOp& u = *s.node;
   std::array<ConstValue, 3> x;
   size_t n = 0;
-  for (; n < x.size() && s.src[n] >= 0; ++n) x[n] = f.values[static_cast<size_t>(s.src[n])];
+  for (; n < x.size() && s.src[n] >= 0; ++n) x[n] = f.values[static_cast<size_t>(s.src[n]) + lane];
   std::span<const ConstValue> operands(x.data(), n);
   Op op = u.op;
   bool fp = is_float(s.in);
@@ -398,55 +458,80 @@ ConstValue RefProgram::alu(const Step& s, const Frame& f, size_t pos) const {
 
 void RefProgram::run(Frame& f) const {
   std::vector<ConstValue>& v = f.values;
-  auto at = [&](const Step& s, int i) -> const ConstValue& { return v[static_cast<size_t>(s.src[static_cast<size_t>(i)])]; };
+  // Lane l of source i (a scalar source has lane 0 only).
+  auto at = [&](const Step& s, int i, size_t l = 0) -> const ConstValue& {
+    return v[static_cast<size_t>(s.src[static_cast<size_t>(i)]) + l];
+  };
   for (size_t pos = 0; pos < steps_.size();) {
     const Step& s = steps_[pos];
+    ConstValue* out = &v[s.out];
     switch (s.kind) {
       case Kind::Nothing: break;
-      case Kind::Const: v[pos] = s.value; break;
-      case Kind::Var: v[pos] = f.var_values[s.aux]; break;
+      case Kind::Const: std::fill_n(out, s.lanes, s.value); break;
+      case Kind::Var: *out = f.var_values[s.aux]; break;
       case Kind::Special:
         if (f.gid >= as_index(at(s, 0)))
           fail(pos, cat("launched with global[0] > ", as_index(at(s, 0)), ", the size of gidx0 (gid ", f.gid, ")"));
-        v[pos] = cast_const(f.gid, s.dtype);
+        *out = cast_const(f.gid, s.dtype);
         break;
       case Kind::Range:
         if (as_index(at(s, 0)) <= 0) {  // an empty loop: continue after its END
           pos = s.aux + 1;
           continue;
         }
-        v[pos] = cast_const(int64_t{0}, s.dtype);
+        *out = cast_const(int64_t{0}, s.dtype);
         break;
       case Kind::End: {
         const Step& range = steps_[s.aux];
-        int64_t next = as_index(v[s.aux]) + 1;
+        int64_t next = as_index(v[range.out]) + 1;
         if (next < as_index(at(range, 0))) {
-          v[s.aux] = cast_const(next, range.dtype);
+          v[range.out] = cast_const(next, range.dtype);
           pos = s.aux + 1;
           continue;
         }
         break;
       }
-      case Kind::Index: v[pos] = as_index(at(s, 0)); break;
-      case Kind::Load: v[pos] = cast_const(read_element(address(s, f, pos, "LOAD"), s.in), s.dtype); break;
+      case Kind::Index: *out = as_index(at(s, 0)); break;
       case Kind::LoadGated:
-        if (truthy(at(s, 2))) v[pos] = cast_const(read_element(address(s, f, pos, "LOAD"), s.in), s.dtype);
-        else v[pos] = cast_const(at(s, 1), s.dtype);  // the C renderer's (gate ? data[i] : alt): no access
+        if (!truthy(at(s, 2))) {  // the C renderer's (gate ? data[i] : alt): no access
+          for (size_t l = 0; l < s.lanes; ++l) out[l] = cast_const(at(s, 1, l), s.dtype);
+          break;
+        }
+        [[fallthrough]];
+      case Kind::Load: {
+        const unsigned char* p = address(s, f, pos, "LOAD");
+        for (size_t l = 0; l < s.lanes; ++l) out[l] = cast_const(read_element(p + l * s.in.itemsize(), s.in), s.dtype);
         break;
-      case Kind::LoadReg: v[pos] = cast_const(at(s, 0), s.dtype); break;
+      }
       case Kind::StoreGated:
         if (!truthy(at(s, 2))) break;
         [[fallthrough]];
-      case Kind::Store: write_element(address(s, f, pos, "STORE"), s.in, cast_const(at(s, 1), s.in)); break;
-      case Kind::DefineReg: v[pos] = cast_const(at(s, 0), s.dtype); break;
-      case Kind::Assign: v[pos] = v[static_cast<size_t>(s.src[0])] = cast_const(at(s, 1), s.dtype); break;
-      case Kind::Alu: v[pos] = alu(s, f, pos); break;
-      case Kind::Bitcast: {
-        unsigned char bytes[8];
-        write_element(bytes, s.in, at(s, 0));
-        v[pos] = read_element(bytes, s.dtype);
+      case Kind::Store: {
+        unsigned char* p = address(s, f, pos, "STORE");
+        for (size_t l = 0; l < s.lanes; ++l) write_element(p + l * s.in.itemsize(), s.in, cast_const(at(s, 1, l), s.in));
         break;
       }
+      case Kind::LoadReg:
+      case Kind::DefineReg:
+        for (size_t l = 0; l < s.lanes; ++l) out[l] = cast_const(at(s, 0, l), s.dtype);
+        break;
+      case Kind::Assign:
+        for (size_t l = 0; l < s.lanes; ++l) out[l] = v[static_cast<size_t>(s.src[0]) + l] = cast_const(at(s, 1, l), s.dtype);
+        break;
+      case Kind::Alu:
+        for (size_t l = 0; l < s.lanes; ++l) out[l] = alu(s, f, pos, l);
+        break;
+      case Kind::Bitcast:
+        for (size_t l = 0; l < s.lanes; ++l) {
+          unsigned char bytes[8];
+          write_element(bytes, s.in, at(s, 0, l));
+          out[l] = read_element(bytes, s.dtype);
+        }
+        break;
+      case Kind::Vectorize:
+        for (size_t l = 0; l < s.lanes; ++l) out[l] = v[static_cast<size_t>(s.vector_src[l])];
+        break;
+      case Kind::Gep: *out = at(s, 0, s.aux); break;
     }
     ++pos;
   }
@@ -463,7 +548,7 @@ double RefProgram::launch(std::span<const RawBuffer> bufs, std::span<const int64
     throw Error(cat("REF: launch of kernel ", name_, " with ", bufs.size(), " buffers; the kernel uses ", num_buffers_));
   if (vars.size() != num_vars_)
     throw Error(cat("REF: launch of kernel ", name_, " with ", vars.size(), " variable values; the kernel has ", num_vars_));
-  Frame f{bufs, {}, std::vector<ConstValue>(steps_.size()), 0};
+  Frame f{bufs, {}, std::vector<ConstValue>(program_slots_), 0};
   f.values.insert(f.values.end(), inline_consts_.begin(), inline_consts_.end());
   for (const Step& s : steps_) {
     if (s.kind != Kind::Var) continue;

@@ -77,7 +77,22 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
   // Bottom-up: a reduce's value is already lowered when the reduce itself is rewritten.
   struct Ctx : RewriteContext {
     int64_t next_reg = 0;
+    std::unordered_map<const UOp*, std::vector<UOpPtr>> around;  // reduce range -> the loops its accumulators live in
   } ctx;
+  // Copies of a reduction (upcast lanes) share its loop, and a loop has one place, so their
+  // accumulators live in the union of the loops their values need: a lane whose value does not
+  // depend on an output loop (its padding folded away) still sits where the other lanes do.
+  for (const UOpPtr& u : toposort(sink)) {
+    if (u->op != Op::REDUCE) continue;
+    std::vector<UOpPtr> reduce_ranges(u->src.begin() + 1, u->src.end());
+    for (const UOpPtr& rg : ranges_of(u->src[0])) {
+      if (std::find(reduce_ranges.begin(), reduce_ranges.end(), rg) != reduce_ranges.end()) continue;
+      for (const UOpPtr& rr : reduce_ranges) {
+        std::vector<UOpPtr>& loops = ctx.around[rr.get()];
+        if (std::find(loops.begin(), loops.end(), rg) == loops.end()) loops.push_back(rg);
+      }
+    }
+  }
   static const PatternMatcher pm_lower_reduce{{UPat::op(Op::REDUCE), [](const Match& m) {
     const UOpPtr& r = m.root;
     Op op = r->arg_as<Op>();
@@ -86,8 +101,10 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
     // The accumulator lives in the loops the value needs other than its own ranges, so a reduction
     // that does not depend on an outer loop is computed once, outside it.
     std::vector<UOpPtr> outer;
-    for (const UOpPtr& rg : ranges_of(value))
-      if (std::find(reduce_ranges.begin(), reduce_ranges.end(), rg) == reduce_ranges.end()) outer.push_back(rg);
+    for (const UOpPtr& rr : reduce_ranges)
+      for (const UOpPtr& rg : m.context<Ctx>().around[rr.get()])
+        if (std::find(outer.begin(), outer.end(), rg) == outer.end()) outer.push_back(rg);
+    std::sort(outer.begin(), outer.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
     std::vector<UOpPtr> reg_src{const_of(r->dtype, reduce_identity(op, r->dtype))};
     reg_src.insert(reg_src.end(), outer.begin(), outer.end());
     UOpPtr acc = UOp::make(Op::DEFINE_REG, r->dtype, reg_src, m.context<Ctx>().next_reg++);

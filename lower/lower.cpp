@@ -1,9 +1,11 @@
 #include "lower/lower.h"
 
+#include <algorithm>
 #include <iostream>
 #include <unordered_map>
 
 #include "lower/linearize.h"
+#include "lower/upcast.h"
 #include "lower/renderers/cstyle.h"
 #include "uop/config.h"
 #include "uop/rewrite.h"
@@ -51,35 +53,57 @@ UOpPtr apply_thread_opt(const UOpPtr& sink, const DeviceSpec& spec, LaunchDims& 
   return substitute(sink, {{r.get(), special}});
 }
 
-// UPCAST: the output loop `r` runs `amount` times fewer iterations, each computing `amount`
-// neighbouring outputs (r = r'*amount + i, one copy of the stores per i). Interning shares what the
-// copies have in common, so the copies of a matmul share their loads of the other operand, and each
-// output keeps its own accumulator: register tiling, which the C compiler then vectorizes.
-UOpPtr upcast(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
-  int64_t n = r->end()->vmax();
-  UOpPtr outer = range(r->axis_id(), const_int(n / amount, r->dtype));
-  std::vector<UOpPtr> stores;
-  for (int64_t i = 0; i < amount; ++i) {
-    UOpPtr at = outer * const_int(amount, r->dtype) + const_int(i, r->dtype);
-    for (const UOpPtr& store : sink->src) stores.push_back(substitute(store, {{r.get(), at}}));
-  }
-  return graph_rewrite(sink->with_src(stores), pm_symbolic(), nullptr, "upcast");
+// Bytes of one vector register the heuristics aim at: AVX-512 on the CPUs kiln runs on. (A device
+// field would be the place once vector widths differ between devices.)
+constexpr int64_t kVectorBytes = 64;
+
+// The lanes of a vector of `element` that fill a register and divide the loop's `size`; 0 if none does.
+int64_t vector_lanes(DType element, int64_t size) {
+  int64_t lanes = std::clamp<int64_t>(kVectorBytes / static_cast<int64_t>(element.itemsize()), 2, 16);
+  while (lanes >= 2 && size % lanes != 0) lanes /= 2;
+  return lanes >= 2 ? lanes : 0;
 }
 
-// The default heuristic for reductions with at least two output loops (matmul, conv): a 4 x 8 tile of
-// outputs per iteration, on the last two output loops where their sizes allow.
+// Whether vector loads serve the loads along r: every load that moves with r walks memory
+// contiguously (loads that do not move are broadcast), and at least one moves.
+bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r) {
+  bool moves = false;
+  for (const UOpPtr& u : toposort(sink)) {
+    if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
+    std::optional<int64_t> stride = index_stride(u->src[0]->src[1], r);
+    if (stride != 0 && stride != 1) return false;
+    moves |= stride == 1;
+  }
+  return moves;
+}
+
+// The default heuristics (search will choose opts later), for kernels of one store:
+// - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes;
+// - reductions with two or more output loops (matmul, conv): a tile of 8 (or 4) rows x one vector
+//   of outputs per iteration, one accumulator each; the vector loop copies instead where a load is
+//   strided along it;
+// - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes.
+// A loop that no vector width divides keeps its scalar form.
 UOpPtr apply_upcast_opt(const UOpPtr& sink) {
+  if (sink->src.size() != 1) return sink;
   bool reduces = false;
   for (const UOpPtr& u : toposort(sink)) reduces |= u->op == Op::REDUCE;
-  if (!reduces || sink->src.size() != 1) return sink;
-  std::vector<UOpPtr> outputs = ranges_of(sink->src[0]->src[0]);
-  if (outputs.size() < 2) return sink;
+  const UOpPtr& store = sink->src[0];
+  std::vector<UOpPtr> outputs = ranges_of(store->src[0]);
+  if (outputs.empty()) return sink;
   UOpPtr out = sink;
-  const UOpPtr &last = outputs.back(), &second = outputs[outputs.size() - 2];
-  if (last->end()->vmax() % 16 == 0 && last->end()->vmax() >= 32) out = upcast(out, last, 16);
-  else if (last->end()->vmax() % 8 == 0 && last->end()->vmax() >= 16) out = upcast(out, last, 8);
-  if (second->end()->vmax() % 8 == 0 && second->end()->vmax() >= 16) out = upcast(out, second, 8);
-  else if (second->end()->vmax() % 4 == 0 && second->end()->vmax() >= 8) out = upcast(out, second, 4);
+  if (reduces && outputs.size() >= 2) {
+    const UOpPtr& second = outputs[outputs.size() - 2];
+    int64_t size = second->end()->vmax();
+    if (size % 8 == 0 && size >= 16) out = upcast(out, second, 8);
+    else if (size % 4 == 0 && size >= 8) out = upcast(out, second, 4);
+  }
+  const UOpPtr& last = outputs.back();
+  int64_t size = last->end()->vmax(), lanes = vector_lanes(store->src[1]->dtype, size);
+  bool vector = lanes != 0 && is_contiguous(store->src[0]->src[1], last) && (!reduces || loads_contiguously(sink, last));
+  if (vector) return upcast_vector(out, last, lanes);
+  if (reduces && outputs.size() >= 2 && size % 16 == 0 && size >= 32) return upcast(out, last, 16);
+  if (reduces && outputs.size() >= 2 && size % 8 == 0 && size >= 16) return upcast(out, last, 8);
   return out;
 }
 

@@ -6,7 +6,8 @@
 //
 // The pipeline, each step a named pass (KILN_DEBUG=5 prints the graph after each):
 //   1. simplify          symbolic rules on the whole AST (index math, constants)
-//   2. apply opts        heuristics choose opts; THREAD turns the outer loop into the launch index
+//   2. apply opts        heuristics choose opts: UPCAST copies loops into register tiles or vector
+//                        lanes (upcast.h); THREAD turns the outer loop into the launch index
 //   3. lower reduces     REDUCE -> an accumulator register, an update inside its loops, a read after
 //   4. close loops       each store is closed over the ranges it runs in
 //   5. linearize         the DAG -> an ordered list with explicit loop nesting (linearize.h)

@@ -1,1 +1,142 @@
-// (being written)
+// Lowering: vector upcasts (lower/upcast.h) in the generated source, and their results on CPU and REF
+// against plain host loops, on shapes where the lanes line up and where they do not.
+#include <cmath>
+#include <numeric>
+
+#include "devices/device.h"
+#include "frontend/tensor.h"
+#include "helpers.h"
+#include "lower/lower.h"
+#include "lower/upcast.h"
+
+namespace kiln {
+namespace {
+
+const char* const kDevices[] = {"CPU", "REF"};
+
+std::vector<float> iota_floats(size_t n, float scale = 0.25f) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(static_cast<int64_t>(i % 23) - 11);
+  return v;
+}
+
+// The source lower_kernel gives the one kernel that realizes `out` on `device`.
+std::string kernel_source(const Tensor& out, const std::string& device) {
+  Schedule s = Tensor::schedule({out});
+  REQUIRE(s.items.size() == 1);
+  return lower_kernel(s.items[0].ast, get_device(device).spec()).source;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << ", expected " << want[i]);
+    CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
+  }
+}
+
+TEST_CASE("an elementwise kernel on a contiguous axis loads, computes and stores vectors", "[lower]") {
+  Tensor a = Tensor::from_vector(iota_floats(64), {4, 16}, "CPU"), b = Tensor::from_vector(iota_floats(64, 0.5f), {4, 16}, "CPU");
+  std::string c = kernel_source((a * b + a).relu(), "CPU");
+  INFO(c);
+  CHECK(c.find("typedef float float32x16 __attribute__((vector_size(64)));") != std::string::npos);
+  CHECK(c.find("float32x16 val") != std::string::npos);
+  CHECK(c.find("__builtin_memcpy(&val") != std::string::npos);  // unaligned vector loads
+  CHECK(c.find("__builtin_memcpy((data0+") != std::string::npos);  // and an unaligned vector store
+  Tensor ra = Tensor::from_vector(iota_floats(64), {4, 16}, "REF");
+  CHECK(kernel_source(ra + ra, "REF").find("LOAD float32x16") != std::string::npos);
+}
+
+TEST_CASE("a transposed input is read lane by lane and put together into a vector", "[lower]") {
+  for (const char* device : kDevices) {
+    INFO(device);
+    std::vector<float> x = iota_floats(16 * 32);
+    Tensor t = Tensor::from_vector(x, {16, 32}, device).permute({1, 0});  // [32, 16], stride 32 along the last axis
+    Tensor y = t * 2.0 + 1.0;
+    if (std::string(device) == "CPU") CHECK(kernel_source(y, device).find("(float32x16){") != std::string::npos);
+    std::vector<float> want(32 * 16);
+    for (size_t i = 0; i < 32; ++i)
+      for (size_t j = 0; j < 16; ++j) want[i * 16 + j] = x[j * 32 + i] * 2 + 1;
+    expect_near(y.to_vector<float>(), want);
+  }
+}
+
+TEST_CASE("odd sizes, offsets and padding give the host's results", "[lower]") {
+  for (const char* device : kDevices) {
+    INFO(device);
+    std::vector<float> x = iota_floats(6 * 40);
+    Tensor t = Tensor::from_vector(x, {6, 40}, device);
+    // An offset view (shrink) starting at an odd element, 32 wide: vector loads from unaligned addresses.
+    std::vector<float> want_shrink;
+    for (size_t i = 1; i < 5; ++i)
+      for (size_t j = 3; j < 35; ++j) want_shrink.push_back(x[i * 40 + j] * x[i * 40 + j]);
+    Tensor s = t.shrink({{1, 5}, {3, 35}});
+    expect_near((s * s).to_vector<float>(), want_shrink);
+    // Padding: lanes near the edge are gated, the others are not.
+    std::vector<float> want_pad;
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = -4; j < 44; ++j) want_pad.push_back(j >= 0 && j < 40 ? x[static_cast<size_t>(i * 40 + j)] + 1 : 1);
+    expect_near((t.pad({{0, 0}, {4, 4}}) + 1.0).to_vector<float>(), want_pad);
+    // 37 columns: no vector width divides them, the kernel stays scalar.
+    Tensor o = Tensor::from_vector(iota_floats(3 * 37), {3, 37}, device);
+    std::vector<float> want_odd = iota_floats(3 * 37);
+    for (float& v : want_odd) v = std::max(v - 1, 0.0f);
+    expect_near((o - 1.0).relu().to_vector<float>(), want_odd);
+  }
+}
+
+TEST_CASE("narrow floats and integers move as vectors of their storage", "[lower]") {
+  for (const char* device : kDevices) {
+    INFO(device);
+    std::vector<float> x = iota_floats(48);
+    for (DType t : {dtypes::float16, dtypes::bfloat16}) {
+      Tensor h = Tensor::from_vector(x, {48}, device).cast(t).realize();
+      std::vector<float> want(48);
+      for (size_t i = 0; i < 48; ++i) want[i] = x[i] * 2 + 0.5f;  // exact in float16 and bfloat16 for these values
+      expect_near((h * 2.0 + 0.5).cast(dtypes::float32).to_vector<float>(), want, 0);
+    }
+    std::vector<int32_t> i(96);
+    std::iota(i.begin(), i.end(), -40);
+    Tensor ti = Tensor::from_vector(i, {96}, device);
+    std::vector<int32_t> want(96);
+    for (size_t k = 0; k < 96; ++k) want[k] = std::max(i[k] * 3 - 7, i[k]);
+    CHECK((ti * 3 - 7).maximum(ti).to_vector<int32_t>() == want);
+    std::vector<int8_t> b(32);
+    for (size_t k = 0; k < 32; ++k) b[k] = static_cast<int8_t>(k * 9);
+    std::vector<int8_t> want8(32);
+    for (size_t k = 0; k < 32; ++k) want8[k] = static_cast<int8_t>(b[k] + b[k]);
+    Tensor t8 = Tensor::from_vector(b, {32}, device);
+    CHECK((t8 + t8).to_vector<int8_t>() == want8);
+  }
+}
+
+TEST_CASE("matmul and column sums accumulate in vectors", "[lower]") {
+  for (const char* device : kDevices) {
+    INFO(device);
+    std::vector<float> a = iota_floats(24 * 20), b = iota_floats(20 * 32, 0.125f);
+    Tensor ta = Tensor::from_vector(a, {24, 20}, device), tb = Tensor::from_vector(b, {20, 32}, device);
+    Tensor mm = ta.matmul(tb);
+    if (std::string(device) == "CPU") CHECK(kernel_source(mm, device).find("float32x16 acc") != std::string::npos);
+    std::vector<float> want(24 * 32, 0.0f);
+    for (size_t i = 0; i < 24; ++i)
+      for (size_t j = 0; j < 32; ++j)
+        for (size_t k = 0; k < 20; ++k) want[i * 32 + j] += a[i * 20 + k] * b[k * 32 + j];
+    expect_near(mm.to_vector<float>(), want, 1e-4f);
+    std::vector<float> cols(32, 0.0f);
+    for (size_t k = 0; k < 20; ++k)
+      for (size_t j = 0; j < 32; ++j) cols[j] = std::max(k == 0 ? b[j] : cols[j], b[k * 32 + j]);
+    expect_near(tb.max({0}).to_vector<float>(), cols, 0);
+  }
+}
+
+TEST_CASE("index strides along a loop", "[lower]") {
+  UOpPtr r = range(0, const_int(64)), s = range(1, const_int(8));
+  CHECK(index_stride(r * 4 + s, r) == 4);
+  CHECK(index_stride(r * 4 + s, s) == 1);
+  CHECK(index_stride(s * 3, r) == 0);
+  CHECK(index_stride((r * 4 + s) % 5, r) == std::nullopt);
+  CHECK(is_contiguous(s + r * 8 + 3, s));
+}
+
+}  // namespace
+}  // namespace kiln

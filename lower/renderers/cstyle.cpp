@@ -2,7 +2,9 @@
 
 #include "uop/half.h"
 
+#include <bit>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <sstream>
 #include <unordered_map>
@@ -46,12 +48,16 @@ const CStyleLanguage& c_language() {
     c.kernel_close = "}\n";
     c.buffer_decl = "  {type}* restrict data{slot} = ({type}*)bufs[{slot}];\n";
     c.var_decl = "  const int64_t var{slot} = vars[{slot}];\n";
+    // GCC's vector extension, which clang shares: element-wise operators, v[i], (T){a, b, ...}.
+    c.vector_typedef = "typedef {scalar} {name} __attribute__((vector_size({bytes})));\n";
+    c.unaligned_copy = "__builtin_memcpy({dst}, {src}, {bytes});";
     return c;
   }();
   return lang;
 }
 
 std::string c_type(DType dtype) {
+  if (dtype.count > 1) return dtype.name();  // declared by the renderer (vector_typedef)
   std::string base;
   switch (dtype.scalar) {
     case ScalarType::Void: base = "void"; break;
@@ -69,7 +75,6 @@ std::string c_type(DType dtype) {
     case ScalarType::Float32: base = "float"; break;
     case ScalarType::Float64: base = "double"; break;
   }
-  KILN_ASSERT(dtype.count == 1, "the C renderer has no vector types yet: ", dtype.name());
   return base;
 }
 
@@ -77,6 +82,11 @@ namespace {
 
 std::string literal(const UOpPtr& u) {
   const ConstValue& v = u->const_value();
+  if (u->dtype.count > 1) {  // the value in every lane
+    std::string lane = literal(UOp::make(Op::CONST, u->dtype.scalar_of(), {}, v)), lanes;
+    for (int i = 0; i < u->dtype.count; ++i) lanes += (i ? "," : "") + lane;
+    return "((" + c_type(u->dtype) + "){" + lanes + "})";
+  }
   DType d = u->dtype;
   if (is_bool(d)) return std::get<bool>(v) ? "1" : "0";
   if (d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16) {
@@ -136,7 +146,11 @@ class Renderer {
       if (u->op == Op::RANGE) ++depth;
     }
     std::ostringstream out;
-    out << lang_.preamble << fill(lang_.kernel_open, {{"{name}", name}});
+    out << lang_.preamble;
+    for (const auto& [vname, t] : vector_types_)
+      out << fill(lang_.vector_typedef, {{"{scalar}", c_type(t.scalar_of())}, {"{name}", vname},
+                                         {"{bytes}", std::to_string(t.itemsize())}});
+    out << fill(lang_.kernel_open, {{"{name}", name}});
     for (size_t i = 0; i < num_buffers; ++i)
       out << fill(lang_.buffer_decl, {{"{type}", c_type(buffer_types[i])}, {"{slot}", std::to_string(i)}});
     for (size_t i = 0; i < vars.size(); ++i) out << fill(lang_.var_decl, {{"{slot}", std::to_string(i)}});
@@ -151,15 +165,41 @@ class Renderer {
   const std::string& name(const UOpPtr& u) {
     auto it = names_.find(u.get());
     if (it != names_.end()) return it->second;
-    if (u->op == Op::CONST) return names_[u.get()] = literal(u);
+    if (u->op == Op::CONST) {
+      type(u->dtype);  // a vector literal names its type
+      return names_[u.get()] = literal(u);
+    }
     throw_internal("every source is rendered before its user", str(u), __FILE__, __LINE__);
   }
 
   std::string fresh(const char* prefix, const UOpPtr& u) { return names_[u.get()] = prefix + std::to_string(counter_++); }
 
+  // c_type, remembering the vector types the kernel needs declared.
+  std::string type(DType t) {
+    if (t.count > 1) vector_types_.emplace(c_type(t), t);
+    return c_type(t);
+  }
+
+  std::string copy(const std::string& dst, const std::string& src, DType t) {
+    return fill(lang_.unaligned_copy, {{"{dst}", dst}, {"{src}", src}, {"{bytes}", std::to_string(t.itemsize())}});
+  }
+
+  // Vector MAX/MIN: no ?: on vectors in C, so select with the comparison's mask (-1 or 0 per lane),
+  // which has signed integer lanes of the values' size.
+  std::string vector_select_max_min(const UOpPtr& u) {
+    const std::string &a = name(u->src[0]), &b = name(u->src[1]);
+    static constexpr ScalarType kMask[] = {ScalarType::Int8, ScalarType::Int16, ScalarType::Int32, ScalarType::Int64};
+    DType mask{kMask[std::countr_zero(static_cast<unsigned>(bits(u->dtype.scalar) / 8))], u->dtype.count};
+    std::string m = type(mask), cmp = u->op == Op::MAX ? ">" : "<";
+    std::string first = "(" + a + cmp + b + ")";
+    if (is_float(u->dtype)) first = "((" + a + "!=" + a + ")|" + first + ")";  // NaN wins, as for scalars
+    return "((" + type(u->dtype) + ")((" + first + "&(" + m + ")" + a + ")|(~" + first + "&(" + m + ")" + b + ")))";
+  }
+
   std::string expr(const UOpPtr& u) {
     auto a = [&](size_t i) -> const std::string& { return name(u->src[i]); };
     bool fp = is_float(u->src.empty() ? u->dtype : u->src.back()->dtype);
+    if (u->dtype.count > 1 && (u->op == Op::MAX || u->op == Op::MIN)) return vector_select_max_min(u);
     switch (u->op) {
       case Op::NEG: return "(-" + a(0) + ")";
       case Op::RECIP: return "(" + std::string(u->dtype.scalar == ScalarType::Float32 ? "1.0f" : "1.0") + "/" + a(0) + ")";
@@ -233,22 +273,41 @@ class Renderer {
         return "for (" + c_type(u->dtype) + " " + r + " = 0; " + r + " < " + name(u->end()) + "; " + r + "++) {";
       }
       case Op::END: return "}";
-      case Op::INDEX: names_[u.get()] = name(u->src[0]) + "[" + name(u->src[1]) + "]"; return "";
+      case Op::INDEX: {  // an element, or the address a vector is copied from or to
+        bool vector = u->dtype.count > 1;
+        names_[u.get()] = vector ? "(" + name(u->src[0]) + "+" + name(u->src[1]) + ")" : name(u->src[0]) + "[" + name(u->src[1]) + "]";
+        return "";
+      }
       case Op::LOAD: {
         if (u->src[0]->op == Op::DEFINE_REG) {  // the accumulator, read after its loop
           names_[u.get()] = name(u->src[0]);
           return "";
         }
         std::string v = fresh("val", u);
+        bool gated = u->src.size() == 3;
+        if (u->dtype.count > 1) {
+          std::string read = copy("&" + v, name(u->src[0]), u->dtype);
+          return type(u->dtype) + " " + v + (gated ? " = " + name(u->src[1]) + "; if (" + name(u->src[2]) + ") " : "; ") + read;
+        }
         std::string read = name(u->src[0]);
-        if (u->src.size() == 3) read = "(" + name(u->src[2]) + "?" + read + ":" + name(u->src[1]) + ")";
+        if (gated) read = "(" + name(u->src[2]) + "?" + read + ":" + name(u->src[1]) + ")";
         return c_type(u->dtype) + " " + v + " = " + read + ";";
       }
-      case Op::STORE: return name(u->src[0]) + " = " + name(u->src[1]) + ";";
+      case Op::STORE: {
+        std::string write = u->src[1]->dtype.count > 1 ? copy(name(u->src[0]), "&" + name(u->src[1]), u->src[1]->dtype)
+                                                       : name(u->src[0]) + " = " + name(u->src[1]) + ";";
+        return u->src.size() == 3 ? "if (" + name(u->src[2]) + ") " + write : write;
+      }
       case Op::DEFINE_REG: {
         std::string acc = names_[u.get()] = "acc" + std::to_string(u->arg_as<int64_t>());
-        return c_type(u->dtype) + " " + acc + " = " + name(u->src[0]) + ";";
+        return type(u->dtype) + " " + acc + " = " + name(u->src[0]) + ";";
       }
+      case Op::VECTORIZE: {
+        std::string v = fresh("vec", u), lanes;
+        for (size_t i = 0; i < u->src.size(); ++i) lanes += (i ? "," : "") + name(u->src[i]);
+        return type(u->dtype) + " " + v + " = (" + type(u->dtype) + "){" + lanes + "};";
+      }
+      case Op::GEP: names_[u.get()] = name(u->src[0]) + "[" + std::to_string(u->arg_as<int64_t>()) + "]"; return "";
       case Op::ASSIGN: {
         const UOpPtr& update = u->src[1];
         bool reassociate = single_accumulator_ && !lang_.reassociate.empty() && is_float(u->dtype) &&
@@ -257,13 +316,15 @@ class Renderer {
         return reassociate ? "{ " + lang_.reassociate + assign + " }" : assign;
       }
       case Op::BITCAST: {
-        std::string v = fresh("cast", u);
-        return c_type(u->dtype) + " " + v + "; memcpy(&" + v + ", &" + name(u->src[0]) + ", sizeof(" + v + "));";
+        // Through a local: the source may be a literal or a vector's lane, which have no address.
+        std::string v = fresh("cast", u), in = v + "_in";
+        return type(u->src[0]->dtype) + " " + in + " = " + name(u->src[0]) + "; " + type(u->dtype) + " " + v + "; memcpy(&" + v +
+               ", &" + in + ", sizeof(" + v + "));";
       }
       case Op::SINK: case Op::NOOP: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY:
       case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND:
       case Op::PAD: case Op::SHRINK: case Op::FLIP: case Op::DEFINE_LOCAL: case Op::REDUCE: case Op::BARRIER:
-      case Op::IF: case Op::ENDIF: case Op::VECTORIZE: case Op::GEP:
+      case Op::IF: case Op::ENDIF:
         throw_internal("the C renderer handles every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
       case Op::CAST: case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN:
       case Op::TRUNC: case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD:
@@ -277,7 +338,7 @@ class Renderer {
     }
     if (is_alu(u->op) || u->op == Op::CAST) {
       std::string v = fresh("alu", u);
-      return c_type(u->dtype) + " " + v + " = " + expr(u) + ";";
+      return type(u->dtype) + " " + v + " = " + expr(u) + ";";
     }
     throw_internal("the C renderer handles every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
   }
@@ -285,6 +346,7 @@ class Renderer {
   const CStyleLanguage& lang_;
   std::unordered_map<const UOp*, std::string> names_;
   std::unordered_set<const UOp*> updates_;
+  std::map<std::string, DType> vector_types_;  // by the name they are declared under
   bool single_accumulator_ = false;
   int counter_ = 0;
 };

@@ -1,0 +1,243 @@
+#include "lower/upcast.h"
+
+#include <algorithm>
+#include <map>
+
+#include "uop/rewrite.h"
+#include "uop/symbolic.h"
+
+namespace kiln {
+
+namespace {
+
+// The graph with r = outer*amount + i, simplified: the scalar program of lane i.
+UOpPtr lane_of(const UOpPtr& root, const UOpPtr& r, const UOpPtr& outer, int64_t amount, int64_t i) {
+  UOpPtr at = outer * const_int(amount, r->dtype) + const_int(i, r->dtype);
+  return graph_rewrite(substitute(root, {{r.get(), at}}), pm_symbolic());
+}
+
+// Ops whose C spelling works on clang/gcc vector types lane by lane (the renderer's MAX/MIN select
+// with a mask). Comparisons, WHERE, casts and math calls stay per lane.
+bool vectorizable(const UOp& u) {
+  DType t = u.dtype;
+  if (t.is_ptr || t.count != 1 || is_bool(t) || t.scalar == ScalarType::Void || t.scalar == ScalarType::Float16 ||
+      t.scalar == ScalarType::BFloat16)
+    return false;
+  switch (u.op) {
+    case Op::ADD: case Op::SUB: case Op::MUL: case Op::NEG: case Op::MULACC: case Op::MAX: case Op::MIN:
+    case Op::REDUCE:
+      return true;
+    case Op::FDIV: return is_float(t);
+    case Op::AND: case Op::OR: case Op::XOR: return is_int(t);
+    default: return false;
+  }
+}
+
+// A vector load or store moves whole elements: anything but bool (C has no vectors of bool).
+bool vector_memory(DType element) { return !is_bool(element) && element.count == 1 && !element.is_ptr; }
+
+// What a tuple of lane nodes (one per lane) became.
+struct Lanes {
+  UOpPtr shared;             // every lane is this node
+  UOpPtr vec;                // one node of a vector dtype: lane i is its element i
+  std::vector<UOpPtr> each;  // one scalar node per lane
+};
+
+using Tuple = std::vector<UOpPtr>;
+
+class Zipper {
+ public:
+  explicit Zipper(int64_t lanes) : n_(static_cast<size_t>(lanes)) {}
+
+  // The stores that replace one store per lane: a vector store, or the lanes' own.
+  std::vector<UOpPtr> stores(const Tuple& t) {
+    KILN_ASSERT(t[0]->op == Op::STORE && parallel(t), "the lanes of an upcast store are stores of one shape");
+    if (same(t)) return {t[0]};
+    const Lanes& value = zip(column(t, 1));
+    std::optional<UOpPtr> gate = t[0]->src.size() == 3 ? std::optional(column(t, 2)[0]) : std::nullopt;
+    bool gate_shared = t[0]->src.size() == 2 || same(column(t, 2));
+    if (UOpPtr address = vector_address(t); address && gate_shared && vector_memory(t[0]->src[1]->dtype)) {
+      std::vector<UOpPtr> src{address, as_vector(value, t[0]->src[1]->dtype)};
+      if (gate) src.push_back(*gate);
+      return {UOp::make(Op::STORE, dtypes::void_, src, t[0]->arg)};
+    }
+    std::vector<UOpPtr> out;
+    const Lanes* gates = gate ? &zip(column(t, 2)) : nullptr;
+    for (size_t i = 0; i < n_; ++i) {
+      std::vector<UOpPtr> src{t[i]->src[0], lane(value, i)};
+      if (gates) src.push_back(lane(*gates, i));
+      out.push_back(t[i]->with_src(src));
+    }
+    return out;
+  }
+
+ private:
+  static bool same(const Tuple& t) {
+    for (const UOpPtr& u : t)
+      if (u != t[0]) return false;
+    return true;
+  }
+  // The lanes are one node shape (op, dtype, arg, arity), differing at most in their sources.
+  static bool parallel(const Tuple& t) {
+    for (const UOpPtr& u : t)
+      if (u->op != t[0]->op || u->dtype != t[0]->dtype || u->src.size() != t[0]->src.size() || !arg_equal(u->arg, t[0]->arg))
+        return false;
+    return true;
+  }
+  static Tuple column(const Tuple& t, size_t j) {
+    Tuple out;
+    for (const UOpPtr& u : t) out.push_back(u->src[j]);
+    return out;
+  }
+  static bool through_index(const UOp& u) { return (u.op == Op::LOAD || u.op == Op::STORE) && u.src[0]->op == Op::INDEX; }
+
+  // The source tuples a tuple's result is built from (the address of a load or store is not one:
+  // index math is compared, not zipped).
+  std::vector<Tuple> children(const Tuple& t) const {
+    if (same(t) || !parallel(t)) return {};
+    std::vector<Tuple> out;
+    for (size_t j = through_index(*t[0]) ? 1 : 0; j < t[0]->src.size(); ++j) out.push_back(column(t, j));
+    return out;
+  }
+
+  static std::vector<const UOp*> key(const Tuple& t) {
+    std::vector<const UOp*> k;
+    for (const UOpPtr& u : t) k.push_back(u.get());
+    return k;
+  }
+
+  // Bottom-up with an explicit stack: kernels can be deep.
+  const Lanes& zip(const Tuple& root) {
+    std::vector<std::pair<Tuple, bool>> stack{{root, false}};
+    while (!stack.empty()) {
+      Tuple t = stack.back().first;
+      if (memo_.count(key(t))) {
+        stack.pop_back();
+        continue;
+      }
+      if (!stack.back().second) {
+        stack.back().second = true;
+        for (Tuple& c : children(t))
+          if (!memo_.count(key(c))) stack.push_back({std::move(c), false});
+        continue;
+      }
+      stack.pop_back();
+      memo_[key(t)] = combine(t);
+    }
+    return memo_.at(key(root));
+  }
+
+  Lanes combine(const Tuple& t) {
+    if (same(t)) return Lanes{t[0], nullptr, {}};
+    if (!parallel(t)) return Lanes{nullptr, nullptr, t};  // the lanes' own scalar graphs
+    const UOp& first = *t[0];
+    std::vector<const Lanes*> src;
+    size_t skip = through_index(first) ? 1 : 0;
+    for (size_t j = skip; j < first.src.size(); ++j) src.push_back(&memo_.at(key(column(t, j))));
+    if (first.op == Op::LOAD && skip == 1 && first.src.size() != 2) {
+      bool gate_shared = first.src.size() < 3 || src[1]->shared;
+      if (UOpPtr address = vector_address(t); address && gate_shared && vector_memory(first.dtype)) {
+        std::vector<UOpPtr> vsrc{address};
+        if (first.src.size() == 3) vsrc.insert(vsrc.end(), {as_vector(*src[0], first.dtype), src[1]->shared});
+        return Lanes{nullptr, UOp::make(Op::LOAD, first.dtype.vec(static_cast<int>(n_)), vsrc, first.arg), {}};
+      }
+    }
+    bool any_vector = false, ranges_shared = true;
+    for (size_t j = 0; j < src.size(); ++j) {
+      any_vector |= src[j]->vec != nullptr;
+      ranges_shared &= first.op != Op::REDUCE || j == 0 || src[j]->shared != nullptr;
+    }
+    if (any_vector && ranges_shared && vectorizable(first)) {
+      std::vector<UOpPtr> vsrc;
+      for (size_t j = 0; j < src.size(); ++j)  // a REDUCE's ranges are shared: they stay as they are
+        vsrc.push_back(first.op == Op::REDUCE && j > 0 ? src[j]->shared : as_vector(*src[j], first.src[j]->dtype));
+      return Lanes{nullptr, UOp::make(first.op, first.dtype.vec(static_cast<int>(n_)), vsrc, first.arg), {}};
+    }
+    Lanes out;
+    for (size_t i = 0; i < n_; ++i) {
+      std::vector<UOpPtr> lsrc;
+      if (skip == 1) lsrc.push_back(t[i]->src[0]);
+      for (const Lanes* s : src) lsrc.push_back(lane(*s, i));
+      out.each.push_back(t[i]->with_src(lsrc));
+    }
+    return out;
+  }
+
+  // INDEX(buf, base) of a vector of n elements when lane i reads buf[base + i], else null.
+  UOpPtr vector_address(const Tuple& t) const {
+    const UOpPtr& index0 = t[0]->src[0];
+    if (index0->op != Op::INDEX || index0->src.size() != 2) return nullptr;
+    for (size_t i = 0; i < n_; ++i) {
+      const UOpPtr& index = t[i]->src[0];
+      if (index->op != Op::INDEX || index->src.size() != 2 || index->src[0] != index0->src[0]) return nullptr;
+      UOpPtr step = simplify(index->src[1] - index0->src[1]);
+      if (step->op != Op::CONST || as_int64(step->const_value()) != static_cast<int64_t>(i)) return nullptr;
+    }
+    DType element = index0->dtype.deref().vec(static_cast<int>(n_));
+    return UOp::make(Op::INDEX, element.ptr(index0->dtype.addr), index0->src);
+  }
+
+  UOpPtr as_vector(const Lanes& l, DType scalar) const {
+    if (l.vec) return l.vec;
+    DType vec = scalar.vec(static_cast<int>(n_));
+    if (l.shared && l.shared->op == Op::CONST) return UOp::make(Op::CONST, vec, {}, l.shared->arg);
+    if (l.shared) return UOp::make(Op::VECTORIZE, vec, Tuple(n_, l.shared));
+    const UOpPtr& whole = l.each[0]->op == Op::GEP ? l.each[0]->src[0] : nullptr;
+    bool taken_apart = whole && whole->dtype.count == n_;
+    for (size_t i = 0; i < n_ && taken_apart; ++i)
+      taken_apart = l.each[i]->op == Op::GEP && l.each[i]->src[0] == whole && l.each[i]->arg_as<int64_t>() == static_cast<int64_t>(i);
+    return taken_apart ? whole : UOp::make(Op::VECTORIZE, vec, l.each);
+  }
+
+  UOpPtr lane(const Lanes& l, size_t i) const {
+    if (l.shared) return l.shared;
+    if (!l.vec) return l.each[i];
+    if (l.vec->op == Op::VECTORIZE) return l.vec->src[i];
+    if (l.vec->op == Op::CONST) return UOp::make(Op::CONST, l.vec->dtype.scalar_of(), {}, l.vec->arg);
+    return UOp::make(Op::GEP, l.vec->dtype.scalar_of(), {l.vec}, static_cast<int64_t>(i));
+  }
+
+  size_t n_;
+  std::map<std::vector<const UOp*>, Lanes> memo_;
+};
+
+}  // namespace
+
+UOpPtr upcast(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
+  // One copy of the stores per lane. Interning shares what the copies have in common, so the copies
+  // of a matmul share their loads of the other operand, and each output keeps its own accumulator.
+  UOpPtr outer = range(r->axis_id(), const_int(r->end()->vmax() / amount, r->dtype));
+  std::vector<UOpPtr> stores;
+  for (int64_t i = 0; i < amount; ++i) {
+    UOpPtr lane = lane_of(sink, r, outer, amount, i);
+    stores.insert(stores.end(), lane->src.begin(), lane->src.end());
+  }
+  return sink->with_src(stores);
+}
+
+UOpPtr upcast_vector(const UOpPtr& sink, const UOpPtr& r, int64_t lanes) {
+  KILN_ASSERT(lanes >= 2 && r->end()->vmax() % lanes == 0, "a vector upcast divides its loop: ", lanes, " lanes of ", str(r));
+  UOpPtr outer = range(r->axis_id(), const_int(r->end()->vmax() / lanes, r->dtype));
+  std::vector<UOpPtr> lane_sinks;
+  for (int64_t i = 0; i < lanes; ++i) lane_sinks.push_back(lane_of(sink, r, outer, lanes, i));
+  Zipper zipper(lanes);
+  std::vector<UOpPtr> stores;
+  for (size_t j = 0; j < sink->src.size(); ++j) {
+    Tuple column;
+    for (const UOpPtr& s : lane_sinks) column.push_back(s->src.at(j));
+    for (UOpPtr& store : zipper.stores(column)) stores.push_back(std::move(store));
+  }
+  return sink->with_src(stores);
+}
+
+std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r) {
+  // A variable stands for r: substitute() rewrites what it substitutes, so r -> r+1 would not end.
+  UOpPtr x = var("step", 0, std::max<int64_t>(r->end()->vmax() - 2, 0), r->dtype);
+  UOpPtr step = simplify(substitute(index, {{r.get(), x + const_int(1, r->dtype)}}) - substitute(index, {{r.get(), x}}));
+  if (step->op != Op::CONST) return std::nullopt;
+  return as_int64(step->const_value());
+}
+
+bool is_contiguous(const UOpPtr& index, const UOpPtr& r) { return index_stride(index, r) == 1; }
+
+}  // namespace kiln

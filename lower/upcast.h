@@ -1,0 +1,29 @@
+// UPCAST: an output loop runs `amount` times fewer iterations, each computing `amount` neighbouring
+// outputs (r = r'*amount + i for lanes i = 0..amount-1).
+//
+//   sink = upcast(sink, r, 8);                  // 8 copies of the stores: a register tile
+//   sink = upcast_vector(sink, r, 16);          // lanes become vector values where they line up
+//   bool v = is_contiguous(load_index, r);      // index(r+1) - index(r) == 1, for every r
+//
+// upcast_vector builds the lanes' scalar graphs, simplifies each, then walks them side by side. Where
+// every lane has the same node it stays scalar (shared work); where the lanes differ only in the data
+// they flow through, one node of a vector dtype replaces them (ALU ops, reduces); a LOAD or STORE
+// becomes a vector access when the lanes' indices are consecutive (base + i) and their gate is
+// shared, and otherwise stays per lane, its lanes taken apart with GEP and put together with
+// VECTORIZE. Index math never becomes vector: it has no vector source. So strided, broadcast and
+// padded accesses stay correct scalar code, and contiguous ones become SIMD loads and stores.
+#pragma once
+#include <optional>
+
+#include "uop/uop.h"
+
+namespace kiln {
+
+UOpPtr upcast(const UOpPtr& sink, const UOpPtr& r, int64_t amount);
+UOpPtr upcast_vector(const UOpPtr& sink, const UOpPtr& r, int64_t lanes);
+
+// How much the integer expression `index` grows when the RANGE r grows by 1, when that is a constant.
+std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r);
+bool is_contiguous(const UOpPtr& index, const UOpPtr& r);  // index_stride(index, r) == 1
+
+}  // namespace kiln
