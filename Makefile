@@ -20,11 +20,11 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Until the training demo exists: the devices kiln finds, and a quick benchmark against same-run references.
+# The demo: train a small CNN on Fashion-MNIST and print its test accuracy (a few minutes on 2 cores).
 demo: deps
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/tools/kiln devices
-	$(BUILD)/tools/kiln bench --quick
+	$(BUILD)/tools/kiln train mnist
 
 test: deps
 	@$(MAKE) --no-print-directory build

@@ -1,1 +1,389 @@
-// (being written)
+#include "frontend/nn.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace kiln::nn {
+
+namespace {
+
+Tensor uniform(const Shape& shape, double bound) { return Tensor::rand(shape) * (2 * bound) - bound; }
+
+Shape channel_shape(int64_t channels, int64_t ndim) {  // (1, C, 1, ...) to broadcast over (N, C, ...)
+  Shape s(static_cast<size_t>(ndim), 1);
+  s[1] = channels;
+  return s;
+}
+
+void check_rank(const Tensor& x, int64_t rank, const char* op, const char* layout) {
+  if (x.ndim() != rank)
+    throw Error(kiln::cat(op, ": expected a ", rank, "-D input ", layout, ", got shape ", shape_str(x.shape())));
+}
+
+}  // namespace
+
+// --- Module ----------------------------------------------------------------------------------
+
+Tensor Module::register_parameter(const std::string& name, Tensor value) {
+  value.realize();  // initial values are computed once, not at every forward
+  value.requires_grad_();
+  params_.emplace_back(name, value);
+  return value;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor value) {
+  value.realize();
+  buffers_.emplace_back(name, value);
+  return value;
+}
+
+void Module::collect(const std::string& prefix, bool params, NamedTensors& out) const {
+  for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, out);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", true, out);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_buffers()) out.push_back(t);
+  return out;
+}
+
+std::map<std::string, Tensor> Module::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.emplace(name, t);
+  for (auto& [name, t] : named_buffers()) out.emplace(name, t);
+  return out;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  std::map<std::string, Tensor> own = state_dict();
+  std::vector<std::string> problems;
+  for (auto& [name, t] : own) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      if (strict) problems.push_back(kiln::cat("missing \"", name, "\" ", shape_str(t.shape()), " ", t.dtype().name()));
+      continue;
+    }
+    if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
+      problems.push_back(kiln::cat("\"", name, "\" is ", shape_str(it->second.shape()), " ", it->second.dtype().name(), " in the file but ",
+                                   shape_str(t.shape()), " ", t.dtype().name(), " in the model"));
+  }
+  if (strict)
+    for (auto& [name, t] : state)
+      if (!own.count(name)) problems.push_back(kiln::cat("unexpected \"", name, "\" ", shape_str(t.shape())));
+  if (!problems.empty()) {
+    std::string msg = "load_state_dict: the state does not fit the model:";
+    for (const std::string& p : problems) msg += "\n  " + p;
+    throw Error(msg + (strict ? "\n(strict=false skips missing and unexpected entries, not mismatched ones)" : ""));
+  }
+  NoGradGuard no_grad;
+  std::vector<Tensor> loaded;
+  for (auto& [name, t] : own) {
+    auto it = state.find(name);
+    if (it == state.end()) continue;
+    Tensor value = it->second.device() == t.device() ? it->second : it->second.to(t.device());
+    Tensor target = t;
+    target.assign(value.contiguous());
+    loaded.push_back(target);
+  }
+  realize_all(loaded);
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+Sequential& Sequential::add(const std::string& name, std::shared_ptr<Module> m) {
+  layers_.push_back(register_module(name, std::move(m)));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (auto& layer : layers_) y = layer->forward(y);
+  return y;
+}
+
+// --- layers ----------------------------------------------------------------------------------
+
+// PyTorch's default for Linear and Conv2d: kaiming_uniform(a = sqrt(5)) for the weight, which is
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
+Linear::Linear(int64_t in, int64_t out, bool has_bias) {
+  if (in <= 0 || out <= 0) throw Error(kiln::cat("Linear: sizes must be positive, got in=", in, " out=", out));
+  double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  weight = register_parameter("weight", uniform({out, in}, bound));
+  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  if (x.ndim() == 0 || x.shape().back() != weight.shape()[1])
+    throw Error(kiln::cat("Linear: input ", shape_str(x.shape()), " must end in in_features = ", weight.shape()[1]));
+  Tensor y = x.matmul(weight.transpose(0, 1));
+  return bias ? y + *bias : y;
+}
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+               std::array<int64_t, 2> dilation, int64_t groups, bool has_bias)
+    : stride(stride), padding(padding), dilation(dilation), groups(groups) {
+  if (groups <= 0 || in % groups != 0 || out % groups != 0)
+    throw Error(kiln::cat("Conv2d: in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
+  double fan_in = static_cast<double>(in / groups * kernel[0] * kernel[1]);
+  double bound = 1.0 / std::sqrt(fan_in);
+  weight = register_parameter("weight", uniform({out, in / groups, kernel[0], kernel[1]}, bound));
+  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return x.conv2d(weight, bias, stride, padding, dilation, groups); }
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum, bool affine) : eps(eps), momentum(momentum) {
+  if (affine) {
+    weight = register_parameter("weight", Tensor::ones({channels}));
+    bias = register_parameter("bias", Tensor::zeros({channels}));
+  }
+  running_mean = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var = register_buffer("running_var", Tensor::ones({channels}));
+  num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, dtypes::int64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  check_rank(x, 4, "BatchNorm2d", "(N, C, H, W)");
+  int64_t c = running_mean.shape()[0];
+  if (x.shape()[1] != c) throw Error(kiln::cat("BatchNorm2d: input ", shape_str(x.shape()), " has ", x.shape()[1], " channels, the layer ", c));
+  Shape cs = channel_shape(c, 4);
+  Tensor mean, var;
+  if (training()) {
+    int64_t n = x.numel() / c;
+    if (n <= 1) throw Error(kiln::cat("BatchNorm2d: training needs more than one value per channel, input ", shape_str(x.shape())));
+    mean = x.mean({0, 2, 3}, true);
+    Tensor centered = x - mean;
+    var = (centered * centered).mean({0, 2, 3}, true);  // biased, for normalizing (as PyTorch)
+    NoGradGuard no_grad;  // running statistics are data, updated with the unbiased variance
+    double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+    running_mean.assign(running_mean * (1 - momentum) + mean.reshape({c}) * momentum);
+    running_var.assign(running_var * (1 - momentum) + var.reshape({c}) * (momentum * unbias));
+    num_batches_tracked.assign(num_batches_tracked + 1.0);
+  } else {
+    mean = running_mean.reshape(cs);
+    var = running_var.reshape(cs);
+  }
+  Tensor y = (x - mean) * (var + eps).rsqrt();
+  if (weight) y = y * weight->reshape(cs) + bias->reshape(cs);
+  return y;
+}
+
+LayerNorm::LayerNorm(Shape shape, double eps, bool affine) : normalized_shape(shape), eps(eps) {
+  if (affine) {
+    weight = register_parameter("weight", Tensor::ones(shape));
+    bias = register_parameter("bias", Tensor::zeros(shape));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  int64_t k = static_cast<int64_t>(normalized_shape.size());
+  if (x.ndim() < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k))
+    throw Error(kiln::cat("LayerNorm: input ", shape_str(x.shape()), " must end in the normalized shape ", shape_str(normalized_shape)));
+  std::vector<int64_t> axes;
+  for (int64_t i = x.ndim() - k; i < x.ndim(); ++i) axes.push_back(i);
+  Tensor mean = x.mean(axes, true), centered = x - mean;
+  Tensor y = centered * ((centered * centered).mean(axes, true) + eps).rsqrt();
+  if (weight) y = y * *weight + *bias;
+  return y;
+}
+
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine) : num_groups(groups), num_channels(channels), eps(eps) {
+  if (groups <= 0 || channels % groups != 0)
+    throw Error(kiln::cat("GroupNorm: num_channels ", channels, " must be divisible by num_groups ", groups));
+  if (affine) {
+    weight = register_parameter("weight", Tensor::ones({channels}));
+    bias = register_parameter("bias", Tensor::zeros({channels}));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  if (x.ndim() < 2 || x.shape()[1] != num_channels)
+    throw Error(kiln::cat("GroupNorm: input ", shape_str(x.shape()), " must be (N, ", num_channels, ", ...)"));
+  Tensor g = x.reshape({x.shape()[0], num_groups, -1});
+  Tensor mean = g.mean({2}, true), centered = g - mean;
+  Tensor y = (centered * ((centered * centered).mean({2}, true) + eps).rsqrt()).reshape(x.shape());
+  if (weight) {
+    Shape cs = channel_shape(num_channels, x.ndim());
+    y = y * weight->reshape(cs) + bias->reshape(cs);
+  }
+  return y;
+}
+
+Embedding::Embedding(int64_t num, int64_t dim) { weight = register_parameter("weight", Tensor::randn({num, dim})); }
+
+Tensor Embedding::forward(const Tensor& indices) {
+  if (!is_int(indices.dtype())) throw Error(kiln::cat("Embedding: indices must be integers, got ", indices.dtype().name()));
+  int64_t n = indices.numel(), dim = weight.shape()[1];
+  Tensor rows = weight.gather(0, indices.reshape({n, 1}).expand({n, dim}));  // gather checks the range
+  Shape out = indices.shape();
+  out.push_back(dim);
+  return rows.reshape(out);
+}
+
+Dropout::Dropout(double p) : p(p) {
+  if (p < 0 || p > 1) throw Error(kiln::cat("Dropout: p must be in [0, 1], got ", p));
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!training() || p == 0) return x;
+  if (p == 1) return x.zeros_like();
+  Tensor keep = Tensor::rand(x.shape(), x.dtype(), x.device()).ge(Tensor::full(x.shape(), p, x.dtype(), x.device()));
+  return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask, bool causal) {
+  if (q.ndim() < 2 || k.ndim() < 2 || v.ndim() < 2 || q.shape().back() != k.shape().back() ||
+      k.shape()[static_cast<size_t>(k.ndim() - 2)] != v.shape()[static_cast<size_t>(v.ndim() - 2)])
+    throw Error(kiln::cat("scaled_dot_product_attention: q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()),
+                          " must be (..., L, E), (..., S, E), (..., S, Ev)"));
+  double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
+  Tensor scores = q.matmul(k.transpose(-2, -1)) * scale;
+  int64_t L = scores.shape()[static_cast<size_t>(scores.ndim() - 2)], S = scores.shape().back();
+  Tensor neg_inf = scores.full_like(-std::numeric_limits<double>::infinity());
+  if (causal) {
+    Tensor i = Tensor::arange(L, dtypes::int32, q.device()).reshape({L, 1}), j = Tensor::arange(S, dtypes::int32, q.device()).reshape({1, S});
+    scores = j.gt(i).where(neg_inf, scores);
+  }
+  if (mask) scores = is_bool(mask->dtype()) ? mask->where(scores, neg_inf) : scores + *mask;
+  return scores.softmax(-1).matmul(v);
+}
+
+MultiheadAttention::MultiheadAttention(int64_t e, int64_t heads, bool has_bias, bool batch_first)
+    : embed_dim(e), num_heads(heads), batch_first(batch_first) {
+  if (heads <= 0 || e % heads != 0) throw Error(kiln::cat("MultiheadAttention: embed_dim ", e, " must be divisible by num_heads ", heads));
+  // PyTorch: xavier_uniform for the packed projection, zero biases.
+  in_proj_weight = register_parameter("in_proj_weight", uniform({3 * e, e}, std::sqrt(6.0 / static_cast<double>(4 * e))));
+  if (has_bias) in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * e}));
+  out_proj = register_module("out_proj", std::make_shared<Linear>(e, e, has_bias));
+  if (has_bias) {
+    NoGradGuard no_grad;
+    out_proj->bias->assign(Tensor::zeros({e}));
+    out_proj->bias->realize();
+  }
+}
+
+Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const Tensor& value, std::optional<Tensor> mask, bool causal) {
+  for (const Tensor* t : {&query, &key, &value}) {
+    check_rank(*t, 3, "MultiheadAttention", batch_first ? "(N, L, E)" : "(L, N, E)");
+    if (t->shape()[2] != embed_dim) throw Error(kiln::cat("MultiheadAttention: input ", shape_str(t->shape()), " must have E = ", embed_dim));
+  }
+  auto batch_major = [&](const Tensor& t) { return batch_first ? t : t.transpose(0, 1); };
+  int64_t e = embed_dim, h = num_heads, d = e / h;
+  auto project = [&](const Tensor& x, int64_t part) {
+    Tensor w = in_proj_weight.shrink({{part * e, (part + 1) * e}, {0, e}});
+    Tensor y = batch_major(x).matmul(w.transpose(0, 1));
+    if (in_proj_bias) y = y + in_proj_bias->shrink({{part * e, (part + 1) * e}});
+    return y.reshape({y.shape()[0], y.shape()[1], h, d}).permute({0, 2, 1, 3});  // (N, H, L, D)
+  };
+  Tensor attn = scaled_dot_product_attention(project(query, 0), project(key, 1), project(value, 2), mask, causal);
+  Tensor merged = attn.permute({0, 2, 1, 3});
+  merged = merged.reshape({merged.shape()[0], merged.shape()[1], e});
+  Tensor out = out_proj->forward(merged);
+  return batch_first ? out : out.transpose(0, 1);
+}
+
+// --- losses ----------------------------------------------------------------------------------
+
+namespace {
+
+Tensor reduce(const Tensor& per_item, Reduction r) {
+  switch (r) {
+    case Reduction::Mean: return per_item.mean();
+    case Reduction::Sum: return per_item.sum();
+    case Reduction::None: return per_item;
+  }
+  return per_item;
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.shape() != b.shape())
+    throw Error(kiln::cat(op, ": input ", shape_str(a.shape()), " and target ", shape_str(b.shape()), " must have the same shape"));
+}
+
+// Class targets: (N) integers in [0, C) or equal to ignore_index; checked on the host, since a wrong
+// label would otherwise silently count for nothing.
+void check_targets(const Tensor& scores, const Tensor& target, int64_t ignore_index, const char* op) {
+  if (scores.ndim() != 2 || target.ndim() != 1 || target.shape()[0] != scores.shape()[0])
+    throw Error(kiln::cat(op, ": expected scores (N, C) and targets (N), got ", shape_str(scores.shape()), " and ", shape_str(target.shape())));
+  if (!is_int(target.dtype())) throw Error(kiln::cat(op, ": targets must be class indices (integers), got ", target.dtype().name()));
+  int64_t c = scores.shape()[1];
+  Tensor t = target.cast(dtypes::int64);
+  for (int64_t v : t.to_vector<int64_t>())
+    if (v != ignore_index && (v < 0 || v >= c))
+      throw Error(kiln::cat(op, ": target ", v, " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
+}
+
+// Per-sample loss (N) from log-probabilities, with label smoothing; ignored samples give 0. Also the
+// number of samples that count.
+std::pair<Tensor, Tensor> per_sample_nll(const Tensor& logp, const Tensor& target, double smoothing, int64_t ignore_index) {
+  int64_t n = logp.shape()[0], c = logp.shape()[1];
+  Tensor t = target.cast(dtypes::int64);
+  Tensor valid = t.ne(Tensor::full({n}, static_cast<double>(ignore_index), dtypes::int64, t.device()));
+  Tensor onehot = t.reshape({n, 1}).eq(Tensor::arange(c, dtypes::int64, t.device()).reshape({1, c}));
+  Tensor loss = -(onehot.where(logp, logp.zeros_like())).sum({1});
+  if (smoothing > 0) loss = loss * (1 - smoothing) - logp.mean({1}) * smoothing;
+  loss = valid.where(loss, loss.zeros_like());
+  return {loss, valid.cast(logp.dtype()).sum()};
+}
+
+Tensor reduce_counted(const std::pair<Tensor, Tensor>& per_sample, Reduction r) {
+  // PyTorch's mean divides by the number of samples that count (all ignored: 0/0 = NaN).
+  if (r == Reduction::Mean) return per_sample.first.sum() / per_sample.second;
+  return reduce(per_sample.first, r);
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing, int64_t ignore_index, Reduction r) {
+  check_targets(logits, target, ignore_index, "cross_entropy");
+  if (label_smoothing < 0 || label_smoothing > 1) throw Error(kiln::cat("cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing));
+  return reduce_counted(per_sample_nll(logits.log_softmax(1), target, label_smoothing, ignore_index), r);
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index, Reduction r) {
+  check_targets(log_probs, target, ignore_index, "nll_loss");
+  return reduce_counted(per_sample_nll(log_probs, target, 0.0, ignore_index), r);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r) {
+  check_same_shape(input, target, "mse_loss");
+  Tensor d = input - target;
+  return reduce(d * d, r);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction r) {
+  check_same_shape(input, target, "l1_loss");
+  return reduce((input - target).abs(), r);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction r) {
+  check_same_shape(x, y, "binary_cross_entropy_with_logits");
+  // y softplus(-x) + (1 - y) softplus(x): stable for large |x| (softplus is linear past its threshold),
+  // and its gradient is sigmoid(x) - y everywhere, 0 included.
+  return reduce(y * (-x).softplus() + (1.0 - y) * x.softplus(), r);
+}
+
+}  // namespace kiln::nn

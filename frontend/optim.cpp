@@ -1,1 +1,169 @@
-// (being written)
+#include "frontend/optim.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace kiln::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : lr(lr), params_(std::move(params)), state_(params_.size()) {
+  if (!(lr >= 0)) throw Error(kiln::cat("optimizer: learning rate must be >= 0, got ", lr));
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].requires_grad() || !params_[i].is_leaf())
+      throw Error(kiln::cat("optimizer: parameter ", i, " ", shape_str(params_[i].shape()), " is not a leaf with requires_grad_()"));
+}
+
+Tensor Optimizer::scalar(const Tensor& hyper, int64_t i, const Tensor& like) {
+  return hyper.shrink({{i, i + 1}}).reshape(Shape(like.shape().size(), 1)).expand(like.shape()).cast(like.dtype());
+}
+
+void Optimizer::step(std::vector<Tensor> also_realize) {
+  ++steps_;
+  std::vector<double> h = hyper_values();
+  std::vector<float> hf(h.begin(), h.end());
+  std::vector<Tensor> outputs;
+  std::map<std::string, Tensor> per_device;  // the hyperparameter buffer, once per device
+  {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      std::optional<Tensor> g = params_[i].grad();
+      if (!g) continue;
+      std::string dev = params_[i].device();
+      auto it = per_device.find(dev);
+      if (it == per_device.end()) it = per_device.emplace(dev, Tensor::from_vector<float>(hf, {static_cast<int64_t>(hf.size())}, dev)).first;
+      Tensor updated = update(i, params_[i].detach(), g->detach(), it->second);
+      params_[i].assign(updated);
+      outputs.push_back(params_[i]);
+      for (auto& [name, t] : state_[i]) outputs.push_back(t);
+    }
+  }
+  for (Tensor& t : also_realize) outputs.push_back(t);
+  realize_all(outputs);
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.set_grad(std::nullopt);
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < state_.size(); ++i)
+    for (auto& [name, t] : state_[i]) out.emplace(kiln::cat(name, ".", i), t);
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps) {
+  std::vector<std::map<std::string, Tensor>> loaded(params_.size());
+  for (auto& [key, t] : state) {
+    size_t dot = key.rfind('.');
+    size_t i = dot == std::string::npos ? params_.size() : static_cast<size_t>(std::strtoull(key.c_str() + dot + 1, nullptr, 10));
+    if (i >= params_.size() || t.shape() != params_[i].shape())
+      throw Error(kiln::cat("optimizer load_state_dict: entry \"", key, "\" ", shape_str(t.shape()), " does not fit any of the ",
+                            params_.size(), " parameters"));
+    loaded[i].emplace(key.substr(0, dot), t.to(params_[i].device()).contiguous());
+  }
+  std::vector<Tensor> all;
+  for (auto& m : loaded)
+    for (auto& [name, t] : m) all.push_back(t);
+  realize_all(all);
+  state_ = std::move(loaded);
+  steps_ = steps;
+}
+
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampening, double weight_decay, bool nesterov)
+    : Optimizer(std::move(params), lr), momentum(momentum), dampening(dampening), weight_decay(weight_decay), nesterov(nesterov) {
+  if (nesterov && (momentum <= 0 || dampening != 0)) throw Error("SGD: nesterov needs momentum > 0 and dampening 0");
+}
+
+Tensor SGD::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
+  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  if (momentum != 0) {
+    auto it = state_[i].find("momentum_buffer");
+    Tensor buf = it == state_[i].end() ? g : it->second * momentum + g * (1 - dampening);  // the first step takes g as is
+    state_[i]["momentum_buffer"] = buf;
+    g = nesterov ? g + buf * momentum : buf;
+  }
+  return p - g * scalar(hyper, 0, p);
+}
+
+Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled)
+    : Optimizer(std::move(params), lr), beta1(beta1), beta2(beta2), eps(eps), weight_decay(weight_decay), decoupled(decoupled) {
+  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) throw Error(kiln::cat("Adam: betas must be in [0, 1), got ", beta1, ", ", beta2));
+}
+
+std::vector<double> Adam::hyper_values() const {
+  // steps_ was already advanced for the step being taken.
+  double t = static_cast<double>(steps_);
+  return {lr, 1 - std::pow(beta1, t), std::sqrt(1 - std::pow(beta2, t)), 1 - lr * weight_decay};
+}
+
+Tensor Adam::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
+  Tensor g = !decoupled && weight_decay != 0 ? grad + p * weight_decay : grad;
+  auto& s = state_[i];
+  if (!s.count("exp_avg")) {
+    s["exp_avg"] = p.zeros_like();
+    s["exp_avg_sq"] = p.zeros_like();
+  }
+  Tensor m = s["exp_avg"] * beta1 + g * (1 - beta1);
+  Tensor v = s["exp_avg_sq"] * beta2 + g * g * (1 - beta2);
+  s["exp_avg"] = m;
+  s["exp_avg_sq"] = v;
+  // PyTorch's arrangement: p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+  Tensor lr_t = scalar(hyper, 0, p), bc1 = scalar(hyper, 1, p), bc2_sqrt = scalar(hyper, 2, p);
+  Tensor base = decoupled && weight_decay != 0 ? p * scalar(hyper, 3, p) : p;
+  return base - lr_t / bc1 * m / (v.sqrt() / bc2_sqrt + eps);
+}
+
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  std::optional<Tensor> total;
+  for (const Tensor& p : params)
+    if (auto g = p.grad()) {
+      Tensor sq = (g->cast(dtypes::float32) * g->cast(dtypes::float32)).sum();
+      total = total ? *total + sq : sq;
+    }
+  if (!total) return Tensor::zeros({});
+  Tensor norm = total->sqrt();
+  Tensor coef = (norm + 1e-6).reciprocal() * max_norm;
+  coef = coef.minimum(coef.ones_like());
+  for (const Tensor& p : params)
+    if (auto g = p.grad()) {
+      Tensor q = p;
+      q.set_grad((*g * coef.cast(g->dtype())).detach());
+    }
+  return norm;
+}
+
+void LRScheduler::step() {
+  ++count_;
+  opt_.lr = lr_at(count_);
+}
+
+void LRScheduler::set_count(int64_t count) {
+  count_ = count;
+  opt_.lr = lr_at(count_);
+}
+
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : LRScheduler(opt), step_size(step_size), gamma(gamma) {
+  if (step_size <= 0) throw Error(kiln::cat("StepLR: step_size must be positive, got ", step_size));
+}
+double StepLR::lr_at(int64_t step) const { return base_lr_ * std::pow(gamma, static_cast<double>(step / step_size)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min) : LRScheduler(opt), t_max(t_max), eta_min(eta_min) {
+  if (t_max <= 0) throw Error(kiln::cat("CosineAnnealingLR: t_max must be positive, got ", t_max));
+}
+double CosineAnnealingLR::lr_at(int64_t step) const {
+  double t = static_cast<double>(std::min(step, t_max)) / static_cast<double>(t_max);
+  return eta_min + (base_lr_ - eta_min) * (1 + std::cos(std::numbers::pi * t)) / 2;
+}
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup, int64_t total, double eta_min)
+    : LRScheduler(opt), warmup(warmup), total(total), eta_min(eta_min) {
+  if (warmup < 0 || total <= warmup) throw Error(kiln::cat("WarmupCosineLR: need 0 <= warmup < total, got ", warmup, " and ", total));
+  opt_.lr = lr_at(0);
+}
+double WarmupCosineLR::lr_at(int64_t step) const {
+  if (step < warmup) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  double t = static_cast<double>(std::min(step, total) - warmup) / static_cast<double>(total - warmup);
+  return eta_min + (base_lr_ - eta_min) * (1 + std::cos(std::numbers::pi * t)) / 2;
+}
+
+}  // namespace kiln::optim

@@ -62,6 +62,8 @@ Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>()) {
   state_->shape = std::move(shape);
 }
 
+Tensor::Tensor() : Tensor(zeros({})) {}
+
 const Shape& Tensor::shape() const { return state_->shape; }
 DType Tensor::dtype() const { return state_->uop->dtype; }
 const UOpPtr& Tensor::uop() const { return state_->uop; }

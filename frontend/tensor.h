@@ -39,6 +39,8 @@ class Tensor {
   Tensor full_like(double value) const;
   // Random numbers from a counter-based generator: the same seed gives the same numbers on every device.
   static void manual_seed(uint64_t seed);
+  static std::array<uint64_t, 2> rng_state();          // {seed, counter}: for checkpoints
+  static void set_rng_state(std::array<uint64_t, 2> state);
   static Tensor rand(Shape shape, DType dtype = dtypes::float32, const std::string& device = "");    // U[0, 1)
   static Tensor randn(Shape shape, DType dtype = dtypes::float32, const std::string& device = "");   // N(0, 1)
   static Tensor randint(int64_t low, int64_t high, Shape shape, DType dtype = dtypes::int32, const std::string& device = "");
@@ -185,6 +187,7 @@ class Tensor {
   static Schedule schedule(const std::vector<Tensor>& tensors);
 
   explicit Tensor(UOpPtr uop, Shape shape);
+  Tensor();  // a float32 scalar 0 on the default device, so a Tensor member can be assigned later
 
  private:
   struct State {

@@ -57,12 +57,22 @@ Tensor random_bits(const Shape& shape, const std::string& device) {
   int64_t n = numel(shape);
   uint64_t start = g_counter.fetch_add(static_cast<uint64_t>(n));
   uint64_t seed = g_seed.load();
-  auto c = [&](uint64_t v) { return Tensor::full({n}, static_cast<double>(v & 0xffffffffu), dtypes::uint32, device); };
-  Tensor counter = Tensor::arange(n, dtypes::uint32, device) + c(start);
-  Tensor h = mix32(counter.bitwise_xor(c(seed)) + c(start >> 32));
-  return mix32(h.bitwise_xor(c(seed >> 32))).reshape(shape);
+  // The counter and seed enter as a tiny buffer, not as constants, so every call (a dropout mask each
+  // training step) runs the same compiled kernel.
+  Tensor words = Tensor::from_vector<uint32_t>({static_cast<uint32_t>(start), static_cast<uint32_t>(start >> 32),
+                                                static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}, {4}, device);
+  auto word = [&](int64_t i) { return words.shrink({{i, i + 1}}).expand({n}); };
+  Tensor counter = Tensor::arange(n, dtypes::uint32, device) + word(0);
+  Tensor h = mix32(counter.bitwise_xor(word(2)) + word(1));
+  return mix32(h.bitwise_xor(word(3))).reshape(shape);
 }
 }  // namespace
+
+std::array<uint64_t, 2> Tensor::rng_state() { return {g_seed.load(), g_counter.load()}; }
+void Tensor::set_rng_state(std::array<uint64_t, 2> state) {
+  g_seed = state[0];
+  g_counter = state[1];
+}
 
 void Tensor::manual_seed(uint64_t seed) {
   g_seed = seed;

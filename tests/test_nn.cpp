@@ -1,1 +1,475 @@
-// (being written)
+// nn layers, losses, optimizers, schedules and checkpoints, each against a plain host computation
+// of the same formula (written out here, independent of kiln's graph code).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "frontend/checkpoint.h"
+#include "frontend/nn.h"
+#include "frontend/optim.h"
+#include "frontend/realize.h"
+#include "helpers.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<float> randoms(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(got[i] == Approx(want[i]).margin(tol).epsilon(tol));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("nn: parameters, names and PyTorch's default initialization", "[nn]") {
+  Tensor::manual_seed(1);
+  nn::Sequential model;
+  model.add("conv", std::make_shared<nn::Conv2d>(2, 4, std::array<int64_t, 2>{3, 3}))
+      .add("bn", std::make_shared<nn::BatchNorm2d>(4))
+      .add("flat", std::make_shared<nn::Flatten>())
+      .add("fc", std::make_shared<nn::Linear>(4 * 2 * 2, 3));
+  std::vector<std::string> names;
+  for (auto& [name, t] : model.named_parameters()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight", "fc.bias"});
+  names.clear();
+  for (auto& [name, t] : model.named_buffers()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"});
+  // kaiming_uniform(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in of conv = 2*3*3 = 18.
+  auto params = model.named_parameters();
+  for (auto& [name, t] : params) {
+    CHECK(t.requires_grad());
+    CHECK(t.is_leaf());
+  }
+  std::vector<float> w = params[0].second.to_vector<float>();
+  float bound = 1.0f / std::sqrt(18.0f);
+  CHECK(*std::max_element(w.begin(), w.end()) <= bound);
+  CHECK(*std::min_element(w.begin(), w.end()) >= -bound);
+  CHECK(*std::max_element(w.begin(), w.end()) > bound * 0.7f);  // 72 draws: spread over the range
+  CHECK(params[2].second.to_vector<float>() == std::vector<float>(4, 1.0f));
+  CHECK(params[3].second.to_vector<float>() == std::vector<float>(4, 0.0f));
+}
+
+TEST_CASE("nn: Linear and Conv2d compute what their formulas say", "[nn]") {
+  nn::Linear fc(3, 2);
+  std::vector<float> w = fc.weight.to_vector<float>(), b = fc.bias->to_vector<float>();
+  std::vector<float> x = randoms(6, 3);
+  std::vector<double> want(4);
+  for (int n = 0; n < 2; ++n)
+    for (int o = 0; o < 2; ++o) {
+      double s = b[o];
+      for (int i = 0; i < 3; ++i) s += double(x[n * 3 + i]) * w[o * 3 + i];
+      want[n * 2 + o] = s;
+    }
+  check_close(fc(Tensor::from_vector(x, {2, 3})).to_vector<float>(), want, 1e-5);
+  CHECK_THROWS_WITH(fc(Tensor::ones({2, 4})), Catch::Contains("Linear") && Catch::Contains("in_features = 3"));
+}
+
+TEST_CASE("nn: BatchNorm2d normalizes with batch statistics and tracks running ones", "[nn]") {
+  nn::BatchNorm2d bn(2, 1e-5, 0.1);
+  std::vector<float> x = randoms(2 * 2 * 3, 5, -2, 3);  // (N=2, C=2, H=1, W=3)
+  Tensor in = Tensor::from_vector(x, {2, 2, 1, 3});
+  std::vector<float> y = bn(in).to_vector<float>();
+  for (int c = 0; c < 2; ++c) {
+    double mean = 0, var = 0;
+    std::vector<double> v;
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 3; ++i) v.push_back(x[(n * 2 + c) * 3 + i]);
+    for (double e : v) mean += e / 6;
+    for (double e : v) var += (e - mean) * (e - mean) / 6;
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 3; ++i)
+        CHECK(y[(n * 2 + c) * 3 + i] == Approx((x[(n * 2 + c) * 3 + i] - mean) / std::sqrt(var + 1e-5)).margin(1e-4));
+    CHECK(bn.running_mean.to_vector<float>()[c] == Approx(0.1 * mean).margin(1e-6));
+    CHECK(bn.running_var.to_vector<float>()[c] == Approx(0.9 + 0.1 * var * 6 / 5).margin(1e-6));  // unbiased
+  }
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);
+  bn.eval();
+  std::vector<float> ye = bn(in).to_vector<float>();
+  std::vector<float> rm = bn.running_mean.to_vector<float>(), rv = bn.running_var.to_vector<float>();
+  for (int i = 0; i < 12; ++i) {
+    int c = (i / 3) % 2;
+    CHECK(ye[i] == Approx((x[i] - rm[c]) / std::sqrt(rv[c] + 1e-5)).margin(1e-5));
+  }
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 1);  // eval leaves the statistics alone
+}
+
+TEST_CASE("nn: LayerNorm and GroupNorm", "[nn]") {
+  std::vector<float> x = randoms(2 * 4 * 3, 7, -1, 2);
+  auto normalize = [&](std::vector<double> v) {
+    double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()), var = 0;
+    for (double e : v) var += (e - mean) * (e - mean) / double(v.size());
+    for (double& e : v) e = (e - mean) / std::sqrt(var + 1e-5);
+    return v;
+  };
+  nn::LayerNorm ln({4, 3});
+  std::vector<double> want;
+  for (int n = 0; n < 2; ++n) {
+    auto part = normalize(std::vector<double>(x.begin() + n * 12, x.begin() + n * 12 + 12));
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  check_close(ln(Tensor::from_vector(x, {2, 4, 3})).to_vector<float>(), want, 1e-4);
+  nn::GroupNorm gn(2, 4);  // groups of 2 channels x 3 values
+  want.clear();
+  for (int g = 0; g < 4; ++g) {
+    auto part = normalize(std::vector<double>(x.begin() + g * 6, x.begin() + g * 6 + 6));
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  check_close(gn(Tensor::from_vector(x, {2, 4, 3})).to_vector<float>(), want, 1e-4);
+}
+
+TEST_CASE("nn: Embedding and Dropout", "[nn]") {
+  nn::Embedding emb(5, 3);
+  std::vector<float> w = emb.weight.to_vector<float>();
+  Tensor idx = Tensor::from_vector<int32_t>({4, 0, 4, 2}, {2, 2});
+  Tensor out = emb(idx);
+  CHECK(out.shape() == Shape{2, 2, 3});
+  std::vector<float> got = out.to_vector<float>();
+  int rows[] = {4, 0, 4, 2};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) CHECK(got[i * 3 + j] == w[rows[i] * 3 + j]);
+  CHECK_THROWS_WITH(emb(Tensor::from_vector<int32_t>({5}, {1})), Catch::Contains("out of range"));
+
+  nn::Dropout drop(0.25);
+  Tensor ones = Tensor::ones({4000});
+  std::vector<float> d = drop(ones).to_vector<float>();
+  int zeros = 0;
+  for (float v : d) {
+    CHECK((v == 0.0f || v == Approx(1 / 0.75)));
+    zeros += v == 0.0f;
+  }
+  CHECK(zeros > 850);  // 1000 expected; the binomial sd is 27
+  CHECK(zeros < 1150);
+  drop.eval();
+  CHECK(drop(ones).to_vector<float>() == std::vector<float>(4000, 1.0f));
+}
+
+TEST_CASE("nn: scaled dot-product attention and MultiheadAttention", "[nn]") {
+  const int L = 3, S = 4, E = 2;
+  std::vector<float> q = randoms(L * E, 11), k = randoms(S * E, 12), v = randoms(S * E, 13);
+  auto attention = [&](bool causal) {
+    std::vector<double> out(L * E, 0.0);
+    for (int i = 0; i < L; ++i) {
+      std::vector<double> s(S);
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j < S; ++j) {
+        s[j] = 0;
+        for (int e = 0; e < E; ++e) s[j] += double(q[i * E + e]) * k[j * E + e] / std::sqrt(double(E));
+        if (causal && j > i) s[j] = -INFINITY;
+        mx = std::max(mx, s[j]);
+      }
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int j = 0; j < S; ++j)
+        for (int e = 0; e < E; ++e) out[i * E + e] += s[j] / sum * v[j * E + e];
+    }
+    return out;
+  };
+  Tensor tq = Tensor::from_vector(q, {L, E}), tk = Tensor::from_vector(k, {S, E}), tv = Tensor::from_vector(v, {S, E});
+  check_close(nn::scaled_dot_product_attention(tq, tk, tv).to_vector<float>(), attention(false), 1e-5);
+  check_close(nn::scaled_dot_product_attention(tq, tk, tv, std::nullopt, true).to_vector<float>(), attention(true), 1e-5);
+
+  // MultiheadAttention with 2 heads of size 1 (E=2): project, attend per head, merge, project.
+  nn::MultiheadAttention mha(2, 2, true, true);
+  std::vector<float> W = mha.in_proj_weight.to_vector<float>(), Wo = mha.out_proj->weight.to_vector<float>();
+  std::vector<float> x = randoms(L * E, 14);
+  auto proj = [&](int part, int row, int out) {
+    double s = 0;
+    for (int e = 0; e < E; ++e) s += double(x[row * E + e]) * W[(part * E + out) * E + e];
+    return s;
+  };
+  std::vector<double> heads(L * E);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < L; ++i) {
+      std::vector<double> s(L);
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j < L; ++j) mx = std::max(mx, s[j] = proj(0, i, h) * proj(1, j, h));
+      for (double& e : s) sum += (e = std::exp(e - mx));
+      heads[i * E + h] = 0;
+      for (int j = 0; j < L; ++j) heads[i * E + h] += s[j] / sum * proj(2, j, h);
+    }
+  std::vector<double> want(L * E);
+  for (int i = 0; i < L; ++i)
+    for (int o = 0; o < E; ++o) {
+      want[i * E + o] = 0;
+      for (int e = 0; e < E; ++e) want[i * E + o] += heads[i * E + e] * Wo[o * E + e];
+    }
+  check_close(mha(Tensor::from_vector(x, {1, L, E})).to_vector<float>(), want, 1e-5);
+}
+
+TEST_CASE("nn: losses match their formulas", "[nn]") {
+  std::vector<float> logits = randoms(3 * 4, 21, -2, 2);
+  std::vector<int32_t> target = {2, -100, 0};
+  Tensor lt = Tensor::from_vector(logits, {3, 4}), tt = Tensor::from_vector(target, {3});
+  for (double smoothing : {0.0, 0.1}) {
+    double total = 0;
+    int counted = 0;
+    for (int n = 0; n < 3; ++n) {
+      if (target[n] == -100) continue;
+      double mx = -INFINITY, sum = 0;
+      for (int c = 0; c < 4; ++c) mx = std::max<double>(mx, logits[n * 4 + c]);
+      for (int c = 0; c < 4; ++c) sum += std::exp(logits[n * 4 + c] - mx);
+      auto logp = [&](int c) { return logits[n * 4 + c] - mx - std::log(sum); };
+      double smooth = 0;
+      for (int c = 0; c < 4; ++c) smooth -= logp(c) / 4;
+      total += (1 - smoothing) * -logp(target[n]) + smoothing * smooth;
+      ++counted;
+    }
+    CHECK(nn::cross_entropy(lt, tt, smoothing).item<float>() == Approx(total / counted).epsilon(1e-5));
+  }
+  CHECK(nn::nll_loss(lt, tt, -100, nn::Reduction::Sum).item<float>() == Approx(-(logits[2] + logits[8])).epsilon(1e-6));
+  CHECK_THROWS_WITH(nn::cross_entropy(lt, Tensor::from_vector<int32_t>({0, 4, 1}, {3})), Catch::Contains("target 4 is out of range"));
+  CHECK_THROWS_WITH(nn::cross_entropy(lt, Tensor::from_vector<int32_t>({0, 1}, {2})), Catch::Contains("(3, 4)"));
+
+  std::vector<float> a = randoms(6, 22), b = randoms(6, 23);
+  Tensor ta = Tensor::from_vector(a, {2, 3}), tb = Tensor::from_vector(b, {2, 3});
+  double mse = 0, l1 = 0, bce = 0;
+  for (int i = 0; i < 6; ++i) {
+    mse += (a[i] - b[i]) * (a[i] - b[i]) / 6;
+    l1 += std::abs(a[i] - b[i]) / 6;
+    double y = (b[i] + 1) / 2, p = 1 / (1 + std::exp(-double(a[i])));
+    bce -= (y * std::log(p) + (1 - y) * std::log(1 - p)) / 6;
+  }
+  CHECK(nn::mse_loss(ta, tb).item<float>() == Approx(mse).epsilon(1e-5));
+  CHECK(nn::l1_loss(ta, tb).item<float>() == Approx(l1).epsilon(1e-5));
+  CHECK(nn::binary_cross_entropy_with_logits(ta, (tb + 1.0f) * 0.5f).item<float>() == Approx(bce).epsilon(1e-5));
+  // Large logits stay finite.
+  Tensor big = Tensor::from_vector<float>({100, -100}, {2});
+  CHECK(nn::binary_cross_entropy_with_logits(big, Tensor::from_vector<float>({0, 1}, {2})).item<float>() == Approx(100).epsilon(1e-5));
+  CHECK_THROWS_WITH(nn::mse_loss(ta, Tensor::ones({3})), Catch::Contains("mse_loss"));
+}
+
+namespace {
+// Minimizes sum((p - c)^2 * k) with an optimizer for a few steps; returns p after each step.
+template <typename MakeOpt>
+std::vector<std::vector<float>> run_steps(MakeOpt make, int steps) {
+  Tensor p = Tensor::from_vector<float>({1.0f, -2.0f, 0.5f}, {3}).requires_grad_();
+  Tensor c = Tensor::from_vector<float>({0.3f, 0.1f, -0.4f}, {3}), k = Tensor::from_vector<float>({1, 2, 3}, {3});
+  auto opt = make(std::vector<Tensor>{p});
+  std::vector<std::vector<float>> out;
+  for (int s = 0; s < steps; ++s) {
+    ((p - c) * (p - c) * k).sum().backward();
+    opt->step();
+    opt->zero_grad();
+    out.push_back(p.to_vector<float>());
+  }
+  return out;
+}
+
+// The same updates on the host, in double, from the formulas of the PyTorch documentation.
+std::vector<std::vector<double>> host_steps(const std::string& kind, int steps, double lr, double momentum, double wd, bool nesterov) {
+  std::vector<double> p = {1.0, -2.0, 0.5}, c = {0.3, 0.1, -0.4}, k = {1, 2, 3}, buf(3), m(3), v(3);
+  std::vector<std::vector<double>> out;
+  for (int t = 1; t <= steps; ++t) {
+    for (int i = 0; i < 3; ++i) {
+      double g = 2 * (p[i] - c[i]) * k[i];
+      if (kind == "sgd") {
+        g += wd * p[i];
+        if (momentum != 0) {
+          buf[i] = t == 1 ? g : momentum * buf[i] + g;
+          g = nesterov ? g + momentum * buf[i] : buf[i];
+        }
+        p[i] -= lr * g;
+      } else {
+        bool decoupled = kind == "adamw";
+        if (!decoupled) g += wd * p[i];
+        else p[i] *= 1 - lr * wd;
+        m[i] = 0.9 * m[i] + 0.1 * g;
+        v[i] = 0.999 * v[i] + 0.001 * g * g;
+        double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+        p[i] -= lr * mh / (std::sqrt(vh) + 1e-8);
+      }
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("optim: SGD, Adam and AdamW follow PyTorch's update rules", "[nn]") {
+  auto compare = [](const std::vector<std::vector<float>>& got, const std::vector<std::vector<double>>& want) {
+    for (size_t s = 0; s < want.size(); ++s) {
+      INFO("step " << s + 1);
+      check_close(got[s], want[s], 2e-5);
+    }
+  };
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.05); }, 4), host_steps("sgd", 4, 0.05, 0, 0, false));
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.05, 0.9, 0, 0.01); }, 4),
+          host_steps("sgd", 4, 0.05, 0.9, 0.01, false));
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, 0.05, 0.9, 0, 0, true); }, 4),
+          host_steps("sgd", 4, 0.05, 0.9, 0, true));
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, 0.1, 0.9, 0.999, 1e-8, 0.01); }, 5),
+          host_steps("adam", 5, 0.1, 0, 0.01, false));
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, 0.1, 0.9, 0.999, 1e-8, 0.1); }, 5),
+          host_steps("adamw", 5, 0.1, 0, 0.1, false));
+}
+
+TEST_CASE("optim: an Adam step over many parameters takes few kernels, compiled once", "[nn]") {
+  std::vector<Tensor> params;
+  for (int i = 0; i < 8; ++i) params.push_back(Tensor::rand({16, 4 + i}).realize().requires_grad_());
+  optim::AdamW opt(params, 1e-2);
+  auto step = [&] {
+    Tensor loss = Tensor::zeros({});
+    for (Tensor& p : params) loss = loss + (p * p).sum();
+    loss.backward();
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : params) {
+        Tensor g = *p.grad();
+        g.realize();  // so the step below counts only the update kernels
+      }
+    }
+    RealizeStats before = realize_stats();
+    opt.step();
+    opt.zero_grad();
+    RealizeStats after = realize_stats();
+    return std::pair{after.kernels_launched - before.kernels_launched, after.kernels_lowered - before.kernels_lowered};
+  };
+  step();
+  step();
+  auto [launched, lowered] = step();
+  // m, v and p of each parameter: at most 3 stores per parameter, never one kernel per op.
+  CHECK(launched <= 3 * params.size());
+  CHECK(lowered == 0);  // the learning rate and bias corrections are inputs, not constants
+}
+
+TEST_CASE("optim: gradient clipping, accumulation and LR schedules", "[nn]") {
+  Tensor a = Tensor::from_vector<float>({3, 0}, {2}).requires_grad_(), b = Tensor::from_vector<float>({0, 4}, {2}).requires_grad_();
+  (a * a * 0.5f + b * b * 0.5f).sum().backward();  // grads (3, 0) and (0, 4): global norm 5
+  Tensor norm = optim::clip_grad_norm({a, b}, 1.0);
+  CHECK(norm.item<float>() == Approx(5.0f));
+  check_close(a.grad()->to_vector<float>(), {0.6, 0}, 1e-5);
+  check_close(b.grad()->to_vector<float>(), {0, 0.8}, 1e-5);
+
+  // 4 micro-batches of 2, each loss scaled by 1/4, equal one batch of 8.
+  std::vector<float> xs = randoms(8 * 3, 31), ys = randoms(8, 32);
+  Tensor::manual_seed(5);
+  nn::Linear one(3, 1), acc(3, 1);
+  acc.load_state_dict(one.state_dict());
+  Tensor X = Tensor::from_vector(xs, {8, 3}), Y = Tensor::from_vector(ys, {8, 1});
+  nn::mse_loss(one(X), Y).backward();
+  for (int i = 0; i < 4; ++i) (nn::mse_loss(acc(X.shrink({{2 * i, 2 * i + 2}, {0, 3}})), Y.shrink({{2 * i, 2 * i + 2}, {0, 1}})) * 0.25f).backward();
+  std::vector<float> g1 = one.weight.grad()->to_vector<float>(), g4 = acc.weight.grad()->to_vector<float>();
+  for (size_t i = 0; i < 3; ++i) CHECK(g4[i] == Approx(g1[i]).epsilon(1e-5));
+
+  Tensor p = Tensor::ones({1}).requires_grad_();
+  optim::SGD sgd({p}, 1.0);
+  optim::StepLR step_lr(sgd, 2, 0.5);
+  std::vector<double> lrs;
+  for (int i = 0; i < 5; ++i) lrs.push_back((step_lr.step(), sgd.lr));
+  CHECK(lrs == std::vector<double>{1.0, 0.5, 0.5, 0.25, 0.25});
+  optim::SGD sgd2({p}, 2.0);
+  optim::CosineAnnealingLR cos(sgd2, 4);
+  cos.step();
+  CHECK(sgd2.lr == Approx(1 + std::cos(M_PI / 4)));
+  optim::SGD sgd3({p}, 1.0);
+  optim::WarmupCosineLR warm(sgd3, 4, 12);
+  CHECK(sgd3.lr == Approx(0.25));
+  for (int i = 0; i < 3; ++i) warm.step();
+  CHECK(sgd3.lr == Approx(1.0));
+  for (int i = 0; i < 9; ++i) warm.step();
+  CHECK(sgd3.lr == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("nn: load_state_dict names every problem", "[nn]") {
+  nn::Linear fc(3, 2);
+  auto state = fc.state_dict();
+  state.erase("bias");
+  state.emplace("extra", Tensor::ones({1}));
+  state.at("weight") = Tensor::ones({2, 4});
+  try {
+    fc.load_state_dict(state);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("missing \"bias\"") && Catch::Contains("unexpected \"extra\"") && Catch::Contains("\"weight\" is (2, 4)"));
+  }
+  state.at("weight") = Tensor::full({2, 3}, 7.0);
+  fc.load_state_dict(state, false);  // missing/unexpected allowed, the weight loads
+  CHECK(fc.weight.to_vector<float>() == std::vector<float>(6, 7.0f));
+}
+
+TEST_CASE("checkpoint: 2N steps equal N steps, save, load into a fresh model, N more, bit for bit", "[nn]") {
+  // A small model with every kind of state: conv, batchnorm (running statistics), linear, dropout
+  // (the RNG), AdamW (moments and step count), a schedule, and a shuffling data iterator.
+  HostTensor images{dtypes::float32, {64, 1, 6, 6}, {}}, labels{dtypes::int32, {64}, {}};
+  std::vector<float> px = randoms(64 * 36, 41);
+  images.data.resize(px.size() * 4);
+  std::memcpy(images.data.data(), px.data(), images.data.size());
+  std::vector<int32_t> ly(64);
+  for (int i = 0; i < 64; ++i) ly[i] = (i * 7) % 3;
+  labels.data.resize(64 * 4);
+  std::memcpy(labels.data.data(), ly.data(), labels.data.size());
+
+  struct Run {
+    std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
+    std::unique_ptr<optim::AdamW> opt;
+    std::unique_ptr<optim::WarmupCosineLR> sched;
+    std::unique_ptr<BatchIterator> data;
+    int64_t step = 0;
+  };
+  auto make = [&](uint64_t seed) {
+    Tensor::manual_seed(seed);
+    auto r = std::make_unique<Run>();
+    r->model->add("conv", std::make_shared<nn::Conv2d>(1, 2, std::array<int64_t, 2>{3, 3}))
+        .add("bn", std::make_shared<nn::BatchNorm2d>(2))
+        .add("flat", std::make_shared<nn::Flatten>())
+        .add("drop", std::make_shared<nn::Dropout>(0.2))
+        .add("fc", std::make_shared<nn::Linear>(2 * 4 * 4, 3));
+    r->opt = std::make_unique<optim::AdamW>(r->model->parameters(), 0.01);
+    r->sched = std::make_unique<optim::WarmupCosineLR>(*r->opt, 2, 20);
+    r->data = std::make_unique<BatchIterator>(std::vector<HostTensor>{images, labels}, 16, true, seed, true);
+    return r;
+  };
+  auto train = [](Run& r, int steps) {
+    std::vector<Tensor> batch;
+    for (int done = 0; done < steps;) {
+      if (!r.data->next(batch)) continue;
+      Tensor loss = nn::cross_entropy(r.model->forward(batch[0]), batch[1]);
+      loss.backward();
+      r.opt->step(r.model->buffers());
+      r.opt->zero_grad();
+      r.sched->step();
+      ++r.step;
+      ++done;
+    }
+  };
+  const int N = 5;  // 64 samples / 16 = 4 steps an epoch: resuming crosses an epoch boundary
+  auto straight = make(9);
+  train(*straight, 2 * N);
+
+  auto first = make(9);
+  train(*first, N);
+  std::string path = (std::filesystem::temp_directory_path() / "kiln_test_checkpoint.safetensors").string();
+  save_checkpoint(path, *first->model, *first->opt, {first->step, first->data->state(), Tensor::rng_state(), first->sched->count(), {}});
+  Tensor::manual_seed(12345);  // disturb the RNG: the checkpoint must restore it
+  auto resumed = make(77);     // different initial weights and data seed: all of it must come from the file
+  TrainingState st = load_checkpoint(path, *resumed->model, *resumed->opt);
+  resumed->step = st.step;
+  resumed->data->set_state(st.data);
+  resumed->sched->set_count(st.scheduler_count);
+  train(*resumed, N);
+  std::filesystem::remove(path);
+
+  auto a = straight->model->state_dict(), b = resumed->model->state_dict();
+  REQUIRE(a.size() == b.size());
+  for (auto& [name, t] : a) {
+    INFO(name);
+    CHECK(t.to_bytes() == b.at(name).to_bytes());
+  }
+  auto oa = straight->opt->state_dict(), ob = resumed->opt->state_dict();
+  for (auto& [name, t] : oa) CHECK(t.to_bytes() == ob.at(name).to_bytes());
+  CHECK(straight->opt->lr == resumed->opt->lr);
+}

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "train.h"
 #include "devices/device.h"
 #include "uop/config.h"
 #include "uop/error.h"
@@ -95,12 +96,31 @@ Run setup_bench(CLI::App& command) {
   return [options] { run_bench(*options); };
 }
 
-// train, search and cache join this table as they are written.
+Run setup_train(CLI::App& command) {
+  auto o = std::make_shared<TrainOptions>();
+  auto what = std::make_shared<std::string>();
+  command.add_option("model", *what, "what to train: mnist (a small CNN on Fashion-MNIST or MNIST)")->required()->check(CLI::IsMember({"mnist"}));
+  command.add_option("--dataset", o->dataset, "fashion (default) or mnist")->check(CLI::IsMember({"fashion", "mnist"}));
+  command.add_option("--data-dir", o->data_dir, "folder with the four IDX files (raw or .gz)");
+  command.add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();
+  command.add_option("--batch-size", o->batch_size, "samples per step")->capture_default_str();
+  command.add_option("--lr", o->lr, "peak learning rate of AdamW (warmup, then cosine decay)")->capture_default_str();
+  command.add_option("--seed", o->seed, "seed of the initialization, the shuffling and dropout")->capture_default_str();
+  command.add_option("--steps", o->max_steps, "stop after this many steps in total (default: all epochs)");
+  command.add_option("--save", o->save, "write a checkpoint (model, optimizer, step, data position, RNG) at the end");
+  command.add_option("--resume", o->resume, "continue from a checkpoint written by --save");
+  command.add_flag("!--no-eval", o->eval, "skip the test-set evaluation");
+  command.footer(kTrainHelp);
+  return [o] { run_train(*o); };
+}
+
+// search and cache join this table as they are written.
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
       {"devices", "List every registered device: available or why not, and its spec", setup_devices},
       {"bench", "Time kiln on fixed workloads beside C/OpenMP and OpenBLAS references measured in the same run",
        setup_bench},
+      {"train", "Train a model: `kiln train mnist` (a CNN on Fashion-MNIST; prints the test accuracy last)", setup_train},
   };
   return list;
 }

@@ -1,0 +1,188 @@
+// kiln::nn: layers and losses in the shape of torch.nn.
+//
+//   auto model = std::make_shared<nn::Sequential>();   // or a Module subclass of your own
+//   model->add("fc1", std::make_shared<nn::Linear>(784, 128));
+//   Tensor loss = nn::cross_entropy(model->forward(x), labels);
+//
+// Modules own named parameters (leaf tensors with requires_grad) and buffers (running statistics),
+// collected recursively with dotted names ("conv1.weight") like PyTorch's. Initializations are
+// PyTorch's defaults, drawn from kiln's seeded RNG (Tensor::manual_seed).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frontend/tensor.h"
+
+namespace kiln::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  NamedTensors named_parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<Tensor> parameters() const;
+  std::vector<Tensor> buffers() const;
+  // Parameters and buffers by name; load checks names, shapes and dtypes, and with strict also that
+  // nothing is missing or unexpected. Every problem is listed in one error.
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+
+ protected:
+  Tensor register_parameter(const std::string& name, Tensor value);  // made a leaf with requires_grad
+  Tensor register_buffer(const std::string& name, Tensor value);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    children_.emplace_back(name, module);
+    return module;
+  }
+
+ private:
+  void collect(const std::string& prefix, bool params, NamedTensors& out) const;
+  NamedTensors params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+class Sequential : public Module {
+ public:
+  Sequential& add(const std::string& name, std::shared_ptr<Module> m);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;  // (out, in)
+  std::optional<Tensor> bias;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {1, 1},
+         std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;  // (out, in / groups, kh, kw)
+  std::optional<Tensor> bias;
+  std::array<int64_t, 2> stride, padding, dilation;
+  int64_t groups;
+};
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  Tensor forward(const Tensor& x) override;  // (N, C, H, W)
+  std::optional<Tensor> weight, bias;
+  Tensor running_mean, running_var, num_batches_tracked;
+  double eps, momentum;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::optional<Tensor> weight, bias;
+  Shape normalized_shape;
+  double eps;
+};
+
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;  // (N, C, ...)
+  std::optional<Tensor> weight, bias;
+  int64_t num_groups, num_channels;
+  double eps;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& indices) override;  // integer indices of any shape -> (..., dim)
+  Tensor weight;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  double p;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.relu(); }
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
+                     std::array<int64_t, 2> padding = {0, 0})
+      : kernel(kernel), stride(stride), padding(padding) {}
+  Tensor forward(const Tensor& x) override { return x.max_pool2d(kernel, stride, padding); }
+  std::array<int64_t, 2> kernel;
+  std::optional<std::array<int64_t, 2>> stride;
+  std::array<int64_t, 2> padding;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
+                     std::array<int64_t, 2> padding = {0, 0})
+      : kernel(kernel), stride(stride), padding(padding) {}
+  Tensor forward(const Tensor& x) override { return x.avg_pool2d(kernel, stride, padding); }
+  std::array<int64_t, 2> kernel;
+  std::optional<std::array<int64_t, 2>> stride;
+  std::array<int64_t, 2> padding;
+};
+
+// softmax(q k^T / sqrt(d) + mask) v over the last two axes; `mask` is added (use -inf to block), or
+// a bool mask where true keeps, as in torch.nn.functional.scaled_dot_product_attention.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask = std::nullopt,
+                                    bool causal = false);
+
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool bias = true, bool batch_first = false);
+  Tensor forward(const Tensor& x) override { return attend(x, x, x); }  // self-attention
+  // (L, N, E) inputs, or (N, L, E) with batch_first; returns the attention output (not the weights).
+  Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value, std::optional<Tensor> mask = std::nullopt,
+                bool causal = false);
+  Tensor in_proj_weight;  // (3E, E)
+  std::optional<Tensor> in_proj_bias;
+  std::shared_ptr<Linear> out_proj;
+  int64_t embed_dim, num_heads;
+  bool batch_first;
+};
+
+// --- losses (mean over the batch unless said otherwise) --------------------------------------
+enum class Reduction { Mean, Sum, None };
+// logits (N, C) and integer class targets (N); targets equal to ignore_index count for nothing.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::Mean);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100, Reduction reduction = Reduction::Mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+}  // namespace kiln::nn

@@ -1,0 +1,120 @@
+// kiln::optim: SGD, Adam, AdamW, gradient clipping and learning-rate schedules, as torch.optim.
+//
+//   optim::AdamW opt(model->parameters(), 1e-3);
+//   loss.backward();
+//   opt.step();          // updates every parameter with a gradient; one schedule for all of them
+//   opt.zero_grad();
+//
+// Hyperparameters that change between steps (the learning rate, Adam's bias corrections) enter the
+// kernels as a small buffer, not as constants, so every step runs the same compiled kernels.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frontend/tensor.h"
+
+namespace kiln::optim {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  // Updates the parameters (and extra tensors to realize in the same schedule, such as a model's
+  // running statistics or the loss) and realizes them all at once.
+  void step(std::vector<Tensor> also_realize = {});
+  void zero_grad();  // sets every gradient to none, like PyTorch's default
+  double lr;
+  int64_t steps() const { return steps_; }
+  const std::vector<Tensor>& params() const { return params_; }
+  // For checkpoints: the per-parameter state tensors by name ("exp_avg.3") and the step count.
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps);
+
+ protected:
+  // The new value of parameter i given its gradient; may create or update state tensors.
+  // `hyper` holds this step's scalars (see hyper_values) as a float32 vector on the device.
+  virtual Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& hyper) = 0;
+  virtual std::vector<double> hyper_values() const { return {lr}; }
+  static Tensor scalar(const Tensor& hyper, int64_t i, const Tensor& like);  // hyper[i], broadcast to like
+  std::vector<Tensor> params_;
+  std::vector<std::map<std::string, Tensor>> state_;  // per parameter
+  int64_t steps_ = 0;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, double lr, double momentum = 0, double dampening = 0, double weight_decay = 0, bool nesterov = false);
+  double momentum, dampening, weight_decay;
+  bool nesterov;
+
+ protected:
+  Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& hyper) override;
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+       double weight_decay = 0, bool decoupled = false);
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled;  // AdamW: decay the weights directly instead of adding to the gradient
+
+ protected:
+  Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& hyper) override;
+  std::vector<double> hyper_values() const override;
+};
+
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+        double weight_decay = 1e-2)
+      : Adam(std::move(params), lr, beta1, beta2, eps, weight_decay, true) {}
+};
+
+// Scales the gradients so their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_);
+// returns the norm before clipping (lazy: it fuses into the step).
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// Learning-rate schedules: step() once per optimizer step sets opt.lr for the next one.
+class LRScheduler {
+ public:
+  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_lr_(opt.lr) {}
+  virtual ~LRScheduler() = default;
+  void step();
+  int64_t count() const { return count_; }
+  void set_count(int64_t count);  // for resuming
+  virtual double lr_at(int64_t step) const = 0;
+
+ protected:
+  Optimizer& opt_;
+  double base_lr_;
+  int64_t count_ = 0;
+};
+
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t step) const override;
+  int64_t step_size;
+  double gamma;
+};
+
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);
+  double lr_at(int64_t step) const override;
+  int64_t t_max;
+  double eta_min;
+};
+
+// Linear warmup from base/warmup to base over `warmup` steps, then cosine decay to eta_min at `total`.
+class WarmupCosineLR : public LRScheduler {
+ public:
+  WarmupCosineLR(Optimizer& opt, int64_t warmup, int64_t total, double eta_min = 0);
+  double lr_at(int64_t step) const override;
+  int64_t warmup, total;
+  double eta_min;
+};
+
+}  // namespace kiln::optim

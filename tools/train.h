@@ -1,0 +1,23 @@
+// `kiln train mnist`: a small CNN on Fashion-MNIST (or MNIST), from one binary.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+struct TrainOptions {
+  std::string dataset = "fashion";  // fashion | mnist
+  std::string data_dir;             // default: where the Debian package / make deps put it
+  int64_t epochs = 2;
+  int64_t batch_size = 128;
+  double lr = 3e-3;
+  uint64_t seed = 0;
+  int64_t max_steps = -1;           // stop after this many steps in total (for tests and quick runs)
+  std::string save, resume;         // checkpoint paths
+  bool eval = true;
+};
+
+extern const char* const kTrainHelp;
+void run_train(const TrainOptions& options);
+
+}  // namespace kiln
