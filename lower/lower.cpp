@@ -77,11 +77,21 @@ bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r) {
   return moves;
 }
 
+// Whether some load does not move along r (stride 0): its value is reused by every copy of r's
+// body, so unrolling r into a register tile saves loads.
+bool reused_along(const UOpPtr& sink, const UOpPtr& r) {
+  for (const UOpPtr& u : toposort(sink))
+    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) == 0) return true;
+  return false;
+}
+
 // The default heuristics (search will choose opts later), for kernels of one store:
 // - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes;
-// - reductions with two or more output loops (matmul, conv): a tile of 8 (or 4) rows x one vector
-//   of outputs per iteration, one accumulator each; the vector loop copies instead where a load is
-//   strided along it;
+// - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
+//   vector of outputs per iteration, one accumulator each. The vector is the innermost output loop
+//   when the output and the loads walk it contiguously (else 16 or 8 scalar copies of it); the rows
+//   are the output loop, nearest the inside, that some load does not move along (so each load feeds
+//   a whole row or column of the tile);
 // - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes.
 // A loop that no vector width divides keeps its scalar form.
 UOpPtr apply_upcast_opt(const UOpPtr& sink) {
@@ -92,15 +102,18 @@ UOpPtr apply_upcast_opt(const UOpPtr& sink) {
   std::vector<UOpPtr> outputs = ranges_of(store->src[0]);
   if (outputs.empty()) return sink;
   UOpPtr out = sink;
-  if (reduces && outputs.size() >= 2) {
-    const UOpPtr& second = outputs[outputs.size() - 2];
-    int64_t size = second->end()->vmax();
-    if (size % 8 == 0 && size >= 16) out = upcast(out, second, 8);
-    else if (size % 4 == 0 && size >= 8) out = upcast(out, second, 4);
-  }
   const UOpPtr& last = outputs.back();
   int64_t size = last->end()->vmax(), lanes = vector_lanes(store->src[1]->dtype, size);
   bool vector = lanes != 0 && is_contiguous(store->src[0]->src[1], last) && (!reduces || loads_contiguously(sink, last));
+  if (reduces && outputs.size() >= 2) {
+    for (size_t i = outputs.size() - 1; i-- > 0;) {
+      int64_t rows = outputs[i]->end()->vmax();
+      int64_t amount = rows % 8 == 0 && rows >= 16 ? 8 : rows % 4 == 0 && rows >= 8 ? 4 : 0;
+      if (amount == 0 || !reused_along(sink, outputs[i])) continue;
+      out = upcast(out, outputs[i], amount);
+      break;
+    }
+  }
   if (vector) return upcast_vector(out, last, lanes);
   if (reduces && outputs.size() >= 2 && size % 16 == 0 && size >= 32) return upcast(out, last, 16);
   if (reduces && outputs.size() >= 2 && size % 8 == 0 && size >= 16) return upcast(out, last, 8);

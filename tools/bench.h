@@ -21,5 +21,7 @@ extern const char* const kBenchHelp;
 // Runs every workload and prints the report to stdout. Throws Error after printing when kiln failed a
 // workload or its output did not match the reference's (MISMATCH), and when the references cannot be built.
 void run_bench(const BenchOptions& options);
+// `kiln bench train`: samples/s and GFLOP/s of whole training steps (tools/bench_train.cpp).
+void run_bench_train(const BenchOptions& options);
 
 }  // namespace kiln

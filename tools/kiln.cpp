@@ -92,8 +92,14 @@ Run setup_bench(CLI::App& command) {
   auto options = std::make_shared<BenchOptions>();
   command.add_flag("--quick", options->quick, "fewer runs and a smaller matmul: under 20 s instead of under 2 minutes");
   command.add_flag("--json", options->json, "print the report as JSON instead of one line per workload");
+  auto suite = std::make_shared<std::string>("kernels");
+  command.add_option("suite", *suite, "kernels (default): the workloads below; train: whole training steps of the demo CNN and an MLP")
+      ->check(CLI::IsMember({"kernels", "train"}));
   command.footer(kBenchHelp);
-  return [options] { run_bench(*options); };
+  return [options, suite] {
+    if (*suite == "train") run_bench_train(*options);
+    else run_bench(*options);
+  };
 }
 
 Run setup_train(CLI::App& command) {
@@ -149,6 +155,7 @@ int run(int argc, char** argv) {
   CLI::App app("kiln: a small tensor compiler and runtime", "kiln");
   app.set_version_flag("--version", "kiln " KILN_VERSION);
   app.fallthrough();  // global flags are accepted after the command too: `kiln devices --debug 1`
+  app.require_subcommand(0, 1);  // one command: `kiln bench train` is bench with the argument train
   app.footer([] { return "Environment (flags override):\n" + config().describe(); });
 
   std::vector<std::pair<const GlobalFlag*, CLI::Option*>> flags;

@@ -1,7 +1,10 @@
 // `kiln train mnist`: a small CNN on Fashion-MNIST (or MNIST), from one binary.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "frontend/nn.h"
 
 namespace kiln {
 
@@ -18,6 +21,9 @@ struct TrainOptions {
 };
 
 extern const char* const kTrainHelp;
+// The demo CNN (its architecture is in kTrainHelp), with its forward FLOPs per 28x28 image.
+std::shared_ptr<nn::Sequential> make_mnist_cnn();
+double mnist_cnn_forward_flops();
 void run_train(const TrainOptions& options);
 
 }  // namespace kiln
