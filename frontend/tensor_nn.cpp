@@ -100,13 +100,17 @@ Tensor Tensor::conv2d(const Tensor& weight, std::optional<Tensor> bias, std::arr
   int64_t r = weight.shape()[2], s = weight.shape()[3];
   Tensor x = pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}});
   Tensor win = x.windows({r, s}, stride, dilation);  // (N, C, OH, OW, R, S)
-  int64_t oh = win.shape()[2], ow = win.shape()[3];
-  // (N, G, 1, Cg, OH, OW, R, S) * (1, G, K/G, Cg, 1, 1, R, S), summed over Cg, R, S.
-  Shape full{n, groups, k / groups, cg, oh, ow, r, s};
-  Tensor xv = win.reshape({n, groups, 1, cg, oh, ow, r, s}).expand(full);
+  int64_t oh = win.shape()[2], ow = win.shape()[3], kg = k / groups;
+  // (N, OH, OW, G, Cg, R, S, 1) * (1, 1, 1, G, Cg, R, S, K/G), summed over Cg, R, S: the output
+  // channels innermost (NHWC inside the kernel). Each input value then feeds a whole vector of
+  // output channels, and each weight a tile of output pixels; so do the values of the gradient
+  // kernels, whose axes follow this order. The result is viewed back as (N, K, OH, OW).
+  Shape full{n, oh, ow, groups, cg, r, s, kg};
+  Tensor xv = win.reshape({n, groups, cg, oh, ow, r, s}).permute({0, 3, 4, 1, 2, 5, 6}).reshape({n, oh, ow, groups, cg, r, s, 1}).expand(full);
   DType d = promote_types(dtype(), weight.dtype());
-  Tensor wv = weight.cast(d).reshape({1, groups, k / groups, cg, 1, 1, r, s}).expand(full);
-  Tensor out = (xv.cast(d) * wv).sum({3, 6, 7}).reshape({n, k, oh, ow});
+  Tensor wt = weight.cast(d).reshape({groups, kg, cg, r, s}).permute({0, 2, 3, 4, 1}).contiguous();  // (G, Cg, R, S, K/G)
+  Tensor wv = wt.reshape({1, 1, 1, groups, cg, r, s, kg}).expand(full);
+  Tensor out = (xv.cast(d) * wv).sum({4, 5, 6}).reshape({n, oh, ow, k}).permute({0, 3, 1, 2});
   if (bias) {
     if (bias->shape() != Shape{k}) throw Error(kiln::cat("conv2d: bias must have shape (", k, ",), got ", shape_str(bias->shape())));
     out = out + bias->reshape({1, k, 1, 1});
