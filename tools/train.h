@@ -11,7 +11,7 @@ namespace kiln {
 struct TrainOptions {
   std::string dataset = "fashion";  // fashion | mnist
   std::string data_dir;             // default: where the Debian package / make deps put it
-  int64_t epochs = 2;
+  int64_t epochs = 3;
   int64_t batch_size = 128;
   double lr = 3e-3;
   uint64_t seed = 0;
