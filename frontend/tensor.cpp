@@ -105,12 +105,16 @@ Tensor Tensor::scalar_like(double s) const {
   // PyTorch's rule for a Python scalar: it keeps the tensor's dtype within its category. A C++ double
   // that is integral and fits the tensor's integer type acts like a Python int (so a bool tensor goes
   // to int64); anything else (a fraction, inf, NaN, out of range) acts like a Python float.
+  // An integral value outside the tensor's range is an error, as in current PyTorch ("value cannot be
+  // converted without overflow"): PyTorch 1.x wrapped it silently, an older kiln made the result float.
   DType d = dtype();
   if (!is_float(d)) {
     bool integral = std::isfinite(s) && std::floor(s) == s;
     if (!integral) d = dtypes::default_float;
     else if (is_bool(d)) d = dtypes::int64;
-    else if (s < as_double(lowest(d)) || s > as_double(highest(d))) d = dtypes::default_float;
+    else if (s < as_double(lowest(d)) || s > as_double(highest(d)))
+      throw Error(kiln::cat("scalar ", s, " does not fit the tensor's dtype ", d.name(), " (", as_double(lowest(d)), " to ",
+                            as_double(highest(d)), "); cast the tensor to a wider type first"));
   }
   return full(shape(), s, d, device());
 }
@@ -120,12 +124,25 @@ Tensor Tensor::scalar_like(double s) const {
 using detail::compute_dtype;
 using detail::is_narrow_float;
 
+namespace {
+int category(DType d) { return is_bool(d) ? 0 : is_float(d) ? 2 : 1; }
+}  // namespace
+
+// torch.result_type of two tensors: a 0-d tensor beside a dimensioned one decides the dtype only when
+// it is of a higher category (bool < integer < floating): int32 tensor + int64 0-d is int32.
+DType detail::result_type(const Tensor& a, const Tensor& b) {
+  if ((a.ndim() == 0) == (b.ndim() == 0)) return promote_types(a.dtype(), b.dtype());
+  const Tensor& dim = a.ndim() == 0 ? b : a;
+  const Tensor& zero = a.ndim() == 0 ? a : b;
+  return category(zero.dtype()) > category(dim.dtype()) ? promote_types(dim.dtype(), zero.dtype()) : dim.dtype();
+}
+
 Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
   if (device() != other.device())
     throw Error(kiln::cat(name, ": operands are on different devices (", device(), " and ", other.device(), "); move one with to()"));
   Shape out = broadcast_shapes(shape(), other.shape(), name);
-  DType d = promote_types(dtype(), other.dtype());
-  if (op == Op::FDIV || (op == Op::POW && !is_float(d))) d = to_floating(d);
+  DType d = detail::result_type(*this, other);
+  if (op == Op::FDIV) d = to_floating(d);  // (integer pow never gets here: tensor_math.cpp)
   DType c = compute_dtype(d);
   Tensor a = cast(d).cast(c).expand(out), b = other.cast(d).cast(c).expand(out);
   if (is_comparison(op)) return Tensor(UOp::make(op, dtypes::bool_, {a.uop(), b.uop()}), out);
@@ -160,7 +177,7 @@ Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
   if (device() != a.device() || device() != b.device())
     throw Error(kiln::cat("where: operands are on different devices (", device(), ", ", a.device(), ", ", b.device(), "); move them with to()"));
   Shape out = broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
-  DType d = promote_types(a.dtype(), b.dtype());
+  DType d = detail::result_type(a, b);
   Tensor c = cast(dtypes::bool_).expand(out);
   return Tensor(UOp::make(Op::WHERE, d, {c.uop(), a.cast(d).expand(out).uop(), b.cast(d).expand(out).uop()}), out);
 }

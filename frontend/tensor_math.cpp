@@ -112,9 +112,53 @@ Tensor Tensor::bitcast(DType d) const {
   return Tensor(UOp::make(Op::BITCAST, d, {uop()}), shape());
 }
 
-Tensor Tensor::pow(const Tensor& e) const { return binary(Op::POW, e, "pow"); }
+namespace {
+// Integer powers stay integers, as in PyTorch, computed exactly (wrapping like repeated multiplication)
+// by squaring over the exponent's bits. A negative exponent gives 1 for base 1, +-1 for base -1, and 0
+// otherwise: the integer part of base^e, which is what torch computes for an exponent tensor.
+Tensor integer_pow(const Tensor& base, const Tensor& exponent, DType d) {
+  Shape out = detail::broadcast_shapes(base.shape(), exponent.shape(), "pow");
+  Tensor b = base.cast(d).expand(out), e = exponent.cast(d).expand(out);
+  Tensor zero = Tensor::zeros(out, d, b.device()), one = Tensor::ones(out, d, b.device());
+  Tensor negative = is_unsigned(d) || is_bool(d) ? Tensor::zeros(out, dtypes::bool_, b.device()) : e.lt(zero);
+  Tensor k = negative.where(zero, e), result = one, square = b;
+  int bits = is_bool(d) ? 1 : static_cast<int>(d.itemsize()) * 8;
+  for (int i = 0; i < bits; ++i) {
+    Tensor bit = (i == 0 ? k : k.shr(i)).bitwise_and(one).ne(zero);
+    result = bit.where(result * square, result);
+    if (i + 1 < bits) square = square * square;
+  }
+  if (is_unsigned(d) || is_bool(d)) return result;
+  Tensor minus_one = Tensor::full(out, -1.0, d, b.device());
+  Tensor odd = e.bitwise_and(one).ne(zero);
+  Tensor small = b.eq(one).where(one, b.eq(minus_one).where(odd.where(minus_one, one), zero));
+  return negative.where(small, result);
+}
+}  // namespace
+
+Tensor Tensor::pow(const Tensor& e) const {
+  if (device() != e.device())
+    throw Error(kiln::cat("pow: operands are on different devices (", device(), " and ", e.device(), "); move one with to()"));
+  DType d = detail::result_type(*this, e);
+  if (!is_float(d)) return integer_pow(*this, e, d);
+  return binary(Op::POW, e, "pow");
+}
+
 Tensor Tensor::pow(double e) const {
   if (e == 2.0) return *this * *this;
+  if (!is_float(dtype()) && std::isfinite(e) && std::floor(e) == e) {
+    // An integral exponent keeps an integer tensor integer (a Python int in PyTorch).
+    if (e < 0) throw Error(kiln::cat("pow: integer tensor (", dtype().name(), ") to the negative power ", e,
+                                     " is not an integer; cast the tensor to a float type first"));
+    if (e > 64) return integer_pow(*this, full(shape(), e, dtypes::int64, device()), is_bool(dtype()) ? dtypes::int64 : dtype());
+    DType d = is_bool(dtype()) ? dtypes::int64 : dtype();
+    Tensor result = ones(shape(), d, device()), square = cast(d);
+    for (auto k = static_cast<int64_t>(e); k > 0; k >>= 1) {
+      if (k & 1) result = result * square;
+      if (k > 1) square = square * square;
+    }
+    return result;
+  }
   return pow(full(shape(), e, is_float(dtype()) ? dtype() : dtypes::default_float, device()));
 }
 
@@ -132,8 +176,7 @@ Tensor Tensor::abs() const {
 Tensor Tensor::sign() const {
   if (is_bool(dtype())) return *this;
   Tensor zero = zeros_like(), one = ones_like();
-  Tensor s = zero.lt(*this).where(one, lt(zero).where(-one, zero));
-  return is_float(dtype()) ? ne(*this).where(*this, s) : s;  // NaN stays NaN
+  return zero.lt(*this).where(one, lt(zero).where(-one, zero));  // NaN gives 0, as torch.sign
 }
 
 Tensor Tensor::rsqrt() const { return in_float([](const Tensor& x) { return x.sqrt().reciprocal(); }); }
@@ -183,7 +226,16 @@ Tensor Tensor::erf() const {
   poly = poly + c[0];
   Tensor erfc = t * (-(z * z) + poly).exp();
   Tensor r = -erfc + 1.0;
-  return x.lt(x.zeros_like()).where(-r, r);
+  Tensor fit = x.lt(x.zeros_like()).where(-r, r);
+  // Near 0, 1 - erfc loses the relative accuracy (erf(1e-4) would be off in the 4th digit): there the
+  // Maclaurin series 2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)), 12 terms (below 1e-16 for |x| < 0.5).
+  Tensor x2 = x * x, term = x, series = x;
+  for (int n = 1; n < 12; ++n) {
+    term = term * x2 * (-1.0 / n);
+    series = series + term * (1.0 / (2 * n + 1));
+  }
+  series = series * (2.0 / std::sqrt(std::numbers::pi));
+  return z.lt(z.full_like(0.5)).where(series, fit);
 }
 
 Tensor Tensor::trunc() const { return is_float(dtype()) ? unary(Op::TRUNC) : *this; }

@@ -33,7 +33,7 @@ Tensor Tensor::matmul(const Tensor& other) const {
   eb.insert(eb.end(), {1, n, k});
   Tensor x = a.cast(d).reshape(ea).expand(full);
   Tensor y = b.cast(d).transpose(-1, -2).reshape(eb).expand(full);
-  Tensor out = (x * y).sum({-1});
+  Tensor out = (x * y).sum({-1}).cast(d);  // integer sums run in int64; torch.matmul keeps the operand dtype
   if (ndim() == 1) out = out.squeeze(-2);
   if (other.ndim() == 1) out = out.squeeze(-1);
   return out;

@@ -18,8 +18,8 @@ Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) c
   Tensor x = cast(to_floating(dtype()));
   Tensor centered = x - x.mean(axes, true);
   Tensor ss = (centered * centered).sum(axes, keepdim);
-  // n - correction <= 0 divides by zero or a negative count: inf/NaN, as in PyTorch.
-  return ss / ss.full_like(static_cast<double>(n) - correction);
+  // PyTorch divides by max(0, n - correction): inf (or NaN for a constant slice) when it is 0.
+  return ss / ss.full_like(std::max(0.0, static_cast<double>(n) - correction));
 }
 
 Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) const {
@@ -27,11 +27,14 @@ Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) c
 }
 
 // any/all of nothing are false/true: as sums of bools compared with 0 / the count, they need no identity.
+// PyTorch keeps uint8 for any/all of a uint8 tensor (0 or 1); every other dtype gives bool.
 Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const {
-  return cast(dtypes::bool_).sum(std::move(axes), keepdim).ne(Tensor::zeros({}, dtypes::int64, device()));
+  Tensor r = cast(dtypes::bool_).sum(std::move(axes), keepdim).ne(Tensor::zeros({}, dtypes::int64, device()));
+  return dtype() == dtypes::uint8 ? r.cast(dtypes::uint8) : r;
 }
 Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const {
-  return cast(dtypes::bool_).logical_not().any(std::move(axes), keepdim).logical_not();
+  Tensor r = cast(dtypes::bool_).logical_not().any(std::move(axes), keepdim).logical_not();
+  return dtype() == dtypes::uint8 ? r.cast(dtypes::uint8) : r;
 }
 
 namespace {

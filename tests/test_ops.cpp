@@ -362,9 +362,11 @@ TEST_CASE("edge cases PyTorch defines: scalars, empty reductions, saturating cas
   CHECK(Tensor::full({}, 2).flip({0}).item<float>() == 2.0f);
   CHECK(Tensor::full({}, 2).softmax(0).item<float>() == 1.0f);
   CHECK_THROWS_AS(Tensor::cat({Tensor::full({}, 1), Tensor::full({}, 2)}), Error);
-  // Python-scalar promotion: out-of-range or non-finite scalars make an int tensor float
+  // Python-scalar promotion: non-finite or fractional scalars make an int tensor float; an integral
+  // scalar out of the tensor's range is an error (current PyTorch: "cannot be converted without overflow")
   Tensor i = Tensor::from_vector<int32_t>({1, 2}, {2});
-  CHECK((i + 1e10).dtype() == dtypes::float32);
+  CHECK_THROWS_WITH(i + 1e10, Catch::Contains("does not fit") && Catch::Contains("int32"));
+  CHECK((i + 0.5).dtype() == dtypes::float32);
   CHECK((i * INFINITY).to_vector<float>() == std::vector<float>{INFINITY, INFINITY});
   CHECK((i + 3.0).dtype() == dtypes::int32);
   CHECK((Tensor::ones({2}, dtypes::bool_) + 1.0).dtype() == dtypes::int64);

@@ -80,6 +80,14 @@ std::string c_type(DType dtype) {
 
 namespace {
 
+// An integer constant as a C literal of at least 64 bits. INT64_MIN has no literal (the minus applies
+// to 9223372036854775808, which is then unsigned), so it is spelled as an expression.
+std::string int_literal(const ConstValue& v, DType d) {
+  std::string s = const_to_string(v, d);
+  if (!is_unsigned(d) && s == "-9223372036854775808") return "(-9223372036854775807ll-1)";
+  return s + (is_unsigned(d) ? "ull" : "ll");
+}
+
 std::string literal(const UOpPtr& u) {
   const ConstValue& v = u->const_value();
   if (u->dtype.count > 1) {  // the value in every lane
@@ -102,7 +110,7 @@ std::string literal(const UOpPtr& u) {
     if (s.find_first_of(".e") == std::string::npos) s += ".0";
     return d.scalar == ScalarType::Float32 ? "(" + s + "f)" : "(" + s + ")";
   }
-  return "((" + c_type(d) + ")" + const_to_string(v, d) + (is_unsigned(d) ? "ull" : "ll") + ")";
+  return "((" + c_type(d) + ")" + int_literal(v, d) + ")";
 }
 
 const char* math_fn(Op op) {
@@ -239,10 +247,9 @@ class Renderer {
         if (is_float(u->src[0]->dtype) && is_int(u->dtype)) {
           // Float to int saturates and NaN gives 0 (cast_const's rule; a plain C cast is undefined there).
           std::string t = c_type(u->dtype);
-          std::string lo = const_to_string(lowest(u->dtype), u->dtype), hi = const_to_string(highest(u->dtype), u->dtype);
-          std::string sfx = is_unsigned(u->dtype) ? "ull" : "ll";
-          return "(" + x + "!=" + x + "?(" + t + ")0:" + x + ">=(double)" + hi + sfx + "?(" + t + ")" + hi + sfx + ":" + x +
-                 "<=(double)(" + lo + sfx + ")?(" + t + ")(" + lo + sfx + "):(" + t + ")" + x + ")";
+          std::string lo = int_literal(lowest(u->dtype), u->dtype), hi = int_literal(highest(u->dtype), u->dtype);
+          return "(" + x + "!=" + x + "?(" + t + ")0:" + x + ">=(double)" + hi + "?(" + t + ")" + hi + ":" + x +
+                 "<=(double)(" + lo + ")?(" + t + ")(" + lo + "):(" + t + ")" + x + ")";
         }
         return "((" + c_type(u->dtype) + ")" + x + ")";
       }

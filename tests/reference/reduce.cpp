@@ -124,7 +124,8 @@ Array argmin(const Array& a, std::optional<int64_t> axis, bool keepdim) {
 }
 
 Array any(const Array& a, Axes axes, bool keepdim) {
-  return reduce("any", a, axes, keepdim, dtypes::bool_, [](const Group& g) {
+  // torch.any keeps uint8 for uint8 input (values 0/1); bool for everything else.
+  return reduce("any", a, axes, keepdim, a.dtype == dtypes::uint8 ? dtypes::uint8 : dtypes::bool_, [](const Group& g) {
     for (double v : g)
       if (v != 0) return 1.0;
     return 0.0;
@@ -132,7 +133,7 @@ Array any(const Array& a, Axes axes, bool keepdim) {
 }
 
 Array all(const Array& a, Axes axes, bool keepdim) {
-  return reduce("all", a, axes, keepdim, dtypes::bool_, [](const Group& g) {
+  return reduce("all", a, axes, keepdim, a.dtype == dtypes::uint8 ? dtypes::uint8 : dtypes::bool_, [](const Group& g) {
     for (double v : g)
       if (v == 0) return 0.0;
     return 1.0;
