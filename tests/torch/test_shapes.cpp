@@ -121,8 +121,8 @@ TEST_CASE("torch: prod over axes", "[torch][reduce]") {
 TEST_CASE("torch: any and all over axes", "[torch][reduce]") {
   Source src(53);
   size_t i = 0;
-  // uint8 is left out: kiln bug, reported: torch.any/all of a uint8 tensor return uint8, kiln returns bool.
-  for (const auto& [ax, dt] : axes_and_dtypes(at::kBool, {at::kFloat, at::kInt})) {
+  // torch.any/all of a uint8 tensor return uint8 (0 or 1), of every other dtype bool.
+  for (const auto& [ax, dt] : axes_and_dtypes(at::kBool, {at::kFloat, at::kInt, at::kByte})) {
     Layout layout = layout_at(i++);
     // Mostly-true inputs, so that all() is not always false: bool from 3 of 4 draws, numbers with zeros.
     at::Tensor v = at::randint(0, 4, {3, 4, 5}, src.gen(), at::TensorOptions().dtype(at::kLong));
@@ -160,16 +160,16 @@ TEST_CASE("torch: var and std with correction", "[torch][reduce]") {
 }
 
 TEST_CASE("torch: var with correction at or above the count", "[torch][reduce]") {
-  // n - correction = 0: 0/0 = NaN for a constant slice, x/0 = inf otherwise. Corrections above n are
-  // left out: kiln bug, reported: kiln divides by the negative n - correction (negative variances),
-  // libtorch clamps the divisor at 0 (inf/NaN).
+  // n - correction = 0: 0/0 = NaN for a constant slice, x/0 = inf otherwise. Corrections above n
+  // divide by max(0, n - correction) on both sides: the same inf/NaN.
   Source src(55);
   Input x = src.input({2, 3}, at::kFloat, Layout::Permuted, Values::Finite);
   at::Tensor c = at::ones({2, 3});
-  for (int64_t correction : {2}) {
+  for (int64_t correction : {2, 3, 7}) {
     INFO("correction " << correction);
     CHECK(mismatch(x.k.var({0}, false, static_cast<double>(correction)), at::var(x.ref, {0}, c10::optional<int64_t>(correction), false)) == "");
     CHECK(mismatch(to_kiln(c).var({0}, false, static_cast<double>(correction)), at::var(c, {0}, c10::optional<int64_t>(correction), false)) == "");
+    CHECK(mismatch(x.k.std({1}, true, static_cast<double>(correction)), at::std(x.ref, {1}, c10::optional<int64_t>(correction), true)) == "");
   }
 }
 
@@ -528,9 +528,7 @@ TEST_CASE("torch: matmul", "[torch][matmul]") {
       {{5}, {5}},          {{5}, {5, 3}},       {{4, 5}, {5}},    {{4, 5}, {5, 3}}, {{2, 4, 5}, {5, 3}}, {{2, 1, 4, 5}, {3, 5, 2}},
       {{4, 5}, {2, 5, 3}}, {{3, 4, 0}, {0, 2}}, {{0, 3}, {3, 2}}, {{1, 1}, {1, 1}}, {{7}, {2, 7, 3}},    {{2, 3, 16}, {16}}};
   size_t i = 0;
-  // int32 is left out: kiln bug, reported: kiln's int32 matmul returns int64 (its sum of ints is int64),
-  // libtorch keeps int32.
-  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kLong, at::kHalf, at::kBFloat16})
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kLong, at::kInt, at::kHalf, at::kBFloat16})
     for (const auto& [sa, sb] : shapes) {
       if (i++ % 4 != 0 && dt != at::kFloat) continue;  // every shape in float32, a rotating quarter in the others
       Layout la = layout_at(i), lb = layout_at(i / 4 + 2);
