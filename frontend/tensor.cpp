@@ -112,7 +112,7 @@ Tensor Tensor::scalar_like(double s) const {
     bool integral = std::isfinite(s) && std::floor(s) == s;
     if (!integral) d = dtypes::default_float;
     else if (is_bool(d)) d = dtypes::int64;
-    else if (s < as_double(lowest(d)) || s > as_double(highest(d)))
+    else if (s < as_double(lowest(d)) || s >= std::ldexp(1.0, static_cast<int>(d.itemsize()) * 8 - (is_unsigned(d) ? 0 : 1)))
       throw Error(kiln::cat("scalar ", s, " does not fit the tensor's dtype ", d.name(), " (", as_double(lowest(d)), " to ",
                             as_double(highest(d)), "); cast the tensor to a wider type first"));
   }
@@ -162,11 +162,12 @@ Tensor Tensor::operator-() const { return unary(Op::NEG); }
 Tensor Tensor::operator+(double s) const { return *this + scalar_like(s); }
 Tensor Tensor::operator-(double s) const { return *this - scalar_like(s); }
 Tensor Tensor::operator*(double s) const { return *this * scalar_like(s); }
-Tensor Tensor::operator/(double s) const { return *this / scalar_like(s); }
+// True division computes in floats, so an integer tensor's scalar divisor need not fit its dtype.
+Tensor Tensor::operator/(double s) const { return is_float(dtype()) ? *this / scalar_like(s) : cast(to_floating(dtype())) / s; }
 Tensor operator+(double s, const Tensor& t) { return t + s; }
 Tensor operator*(double s, const Tensor& t) { return t * s; }
 Tensor operator-(double s, const Tensor& t) { return t.scalar_like(s) - t; }
-Tensor operator/(double s, const Tensor& t) { return t.scalar_like(s) / t; }
+Tensor operator/(double s, const Tensor& t) { return is_float(t.dtype()) ? t.scalar_like(s) / t : s / t.cast(to_floating(t.dtype())); }
 Tensor Tensor::maximum(const Tensor& o) const { return binary(Op::MAX, o, "maximum"); }
 Tensor Tensor::minimum(const Tensor& o) const { return binary(Op::MIN, o, "minimum"); }
 Tensor Tensor::lt(const Tensor& o) const { return binary(Op::CMPLT, o, "lt"); }

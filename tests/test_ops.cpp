@@ -367,6 +367,9 @@ TEST_CASE("edge cases PyTorch defines: scalars, empty reductions, saturating cas
   Tensor i = Tensor::from_vector<int32_t>({1, 2}, {2});
   CHECK_THROWS_WITH(i + 1e10, Catch::Contains("does not fit") && Catch::Contains("int32"));
   CHECK((i + 0.5).dtype() == dtypes::float32);
+  CHECK_THROWS_AS(Tensor::ones({1}, dtypes::int64) + 9223372036854775808.0, Error);  // 2^63: INT64_MAX rounds up to it
+  CHECK((Tensor::ones({1}, dtypes::int64) + -9223372036854775808.0).item<int64_t>() == INT64_MIN + 1);
+  CHECK((Tensor::ones({2}, dtypes::uint8) / -2.0).to_vector<float>() == std::vector<float>{-0.5f, -0.5f});  // true division is float
   CHECK((i * INFINITY).to_vector<float>() == std::vector<float>{INFINITY, INFINITY});
   CHECK((i + 3.0).dtype() == dtypes::int32);
   CHECK((Tensor::ones({2}, dtypes::bool_) + 1.0).dtype() == dtypes::int64);

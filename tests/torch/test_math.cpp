@@ -616,11 +616,11 @@ TEST_CASE("torch: tensor-scalar ops have torch's result dtype", "[torch][promoti
       INFO(name(dt) << " with scalar " << s);
       if (dt == at::kByte && s < 0) {
         // A negative integral scalar is out of uint8's range: a kiln::Error, as in current PyTorch
-        // (libtorch 1.13 kept uint8 and wrapped). Division is left out: kiln throws for uint8 / -2.0
-        // too (the scalar is checked against uint8 before promotion), where libtorch 1.13 gives
-        // float32 (-0.5), as current PyTorch does, whose check is against the float common dtype.
+        // (libtorch 1.13 kept uint8 and wrapped). True division computes in float, so it is fine.
         CHECK_THROWS_AS(x + s, Error);
         CHECK_THROWS_AS(x * s, Error);
+        CHECK((x / s).dtype().name() == kiln_dtype(at::div(t, python_scalar(s)).scalar_type()).name());
+        CHECK((x / s).to_vector<float>() == std::vector<float>{-0.5f, -0.5f});
         continue;
       }
       CHECK((x + s).dtype().name() == kiln_dtype(at::add(t, python_scalar(s)).scalar_type()).name());
