@@ -42,7 +42,8 @@ UOpPtr grads(std::initializer_list<std::optional<Tensor>> per_source) {
 }
 
 // The gradient of a max/min (binary or reduced) goes to the elements equal to the result, split
-// evenly between ties, as PyTorch does.
+// evenly between ties, as torch.maximum and torch.amax do. (So max_pool2d splits a tied window's
+// gradient too, where torch's max_pool2d gives it all to one element.)
 UOpPtr max_min_grad(const Match& m, bool is_max) {
   Tensor a = src(m, 0), b = src(m, 1), g = grad_of(m);
   Tensor zero = g.zeros_like(), half = g * 0.5;

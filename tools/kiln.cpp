@@ -117,7 +117,7 @@ Run setup_train(CLI::App& command) {
   command.add_option("--resume", o->resume, "continue from a checkpoint written by --save");
   command.add_flag("!--no-eval", o->eval, "skip the test-set evaluation");
   command.footer(kTrainHelp);
-  return [o] { run_train(*o); };
+  return [o, what] { run_train(*o); };  // CLI11 writes into *what while parsing: keep it alive
 }
 
 // search and cache join this table as they are written.

@@ -110,11 +110,6 @@ TEST_CASE("torch grad: unary math", "[torch][grad]") {
   Batch batch;
   for (at::ScalarType dt : kGradDtypes)
     for (const Unary& op : ops) {
-      // kiln bug, reported: float64 tanh uses the series x - x^3/3 + 2x^5/15 below |x| = 0.02, whose
-      // next term (17x^7/315) is 3.4e-12 relative at 0.0199 (15000 float64 ulps), and the gradient of
-      // that series is off by 2.3e-11 (tanh'(0.0199): kiln 0.99960409454928012, exact
-      // 0.99960409452582346). float32 is unaffected.
-      if (dt == at::kDouble && std::string(op.name) == "tanh") continue;
       // A value and its derivative are each within a few ulps in both libraries (libm or SLEEF on
       // torch's side, kiln's composites: sigmoid = 1/(1+e^-x), tan = sin/cos, ...), and w times it
       // rounds once more: 8 units (measured: at most 3.8, float32 tan). Where a derivative is a
