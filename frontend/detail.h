@@ -11,8 +11,6 @@ inline bool is_narrow_float(DType d) { return d.scalar == ScalarType::Float16 ||
 inline DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float32.vec(d.count) : d; }
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op);
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
-// A tensor of `shape` filled with v (exactly: no trip through double, unlike Tensor::full).
-Tensor constant(ConstValue v, DType dtype, const Shape& shape, const std::string& device);
 // autograd hooks (frontend/autograd.cpp): under NoGradGuard new nodes are wrapped in DETACH; after
 // realize, a tensor computed from leaves keeps its graph for backward().
 UOpPtr no_grad_wrap(UOpPtr u);

@@ -1,6 +1,7 @@
 #include "frontend/tensor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
 
@@ -46,11 +47,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
-Tensor constant(ConstValue v, DType dtype, const Shape& shape, const std::string& device) {
-  Tensor scalar(UOp::make(Op::CONST, dtype, {device_node(device)}, cast_const(v, dtype)), {});
-  return scalar.reshape(Shape(shape.size(), 1)).expand(shape);
-}
-
 }  // namespace detail
 
 using detail::broadcast_shapes;
@@ -62,15 +58,20 @@ Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>()) {
   state_->shape = std::move(shape);
 }
 
+Tensor::Tensor(UOpPtr uop, Shape shape, UOpPtr device) : Tensor(std::move(uop), std::move(shape)) {
+  state_->device = std::move(device);
+}
+
 Tensor::Tensor() : Tensor(zeros({})) {}
 
 const Shape& Tensor::shape() const { return state_->shape; }
 DType Tensor::dtype() const { return state_->uop->dtype; }
 const UOpPtr& Tensor::uop() const { return state_->uop; }
-std::string Tensor::device() const {
-  if (state_->device.empty()) state_->device = device_of(uop())->arg_as<std::string>();
+const UOpPtr& Tensor::device_uop() const {
+  if (!state_->device) state_->device = device_of(uop());  // a tensor made by Tensor(uop, shape)
   return state_->device;
 }
+std::string Tensor::device() const { return device_uop()->arg_as<std::string>(); }
 
 // --- creation --------------------------------------------------------------------------------
 
@@ -78,17 +79,51 @@ Tensor Tensor::from_raw(const void* data, DType dtype, Shape shape, const std::s
   for (int64_t d : shape)
     if (d < 0) throw Error(kiln::cat("Tensor: negative dimension in shape ", shape_str(shape)));
   int64_t n = kiln::numel(shape);
-  UOpPtr buffer = new_buffer(device_node(device), std::max<int64_t>(n, 1), dtype);
+  UOpPtr dev = device_node(device);
+  UOpPtr buffer = new_buffer(dev, std::max<int64_t>(n, 1), dtype);
   DeviceBuffer& storage = storage_of(buffer);
   storage.ensure_allocated();
   storage.device->copy_in(storage.raw, data, static_cast<size_t>(n) * dtype.itemsize());
-  return Tensor(movement(Op::RESHAPE, buffer, shape), shape);
+  return Tensor(movement(Op::RESHAPE, buffer, shape), shape, std::move(dev));
 }
 
 Tensor Tensor::full(Shape shape, double value, DType dtype, const std::string& device) {
   for (int64_t d : shape)
     if (d < 0) throw Error(kiln::cat("Tensor::full: negative dimension in shape ", shape_str(shape)));
-  return detail::constant(value, dtype, shape, device);
+  return constant(value, dtype, shape, device_node(device));
+}
+
+namespace {
+// Constants made lately on this thread: expressions repeat their scalars (x * 1.5 in a loop, the zero
+// of every relu), and finding one here is cheaper than interning its three nodes again. Weak, so the
+// cache never keeps a graph alive.
+struct RecentConstant {
+  ConstValue value;
+  DType dtype;
+  Shape shape;
+  const UOp* device = nullptr;  // compared only while `node`, which holds it alive, is
+  bool grad = false;             // grad_enabled() when made: under no_grad the nodes are wrapped
+  std::weak_ptr<const UOp> node;
+};
+constexpr size_t kRecentConstants = 8;
+thread_local std::array<RecentConstant, kRecentConstants> t_recent_constants;
+thread_local size_t t_next_recent_constant = 0;
+}  // namespace
+
+Tensor Tensor::constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr device) {
+  v = cast_const(v, dtype);
+  bool grad = grad_enabled();
+  for (const RecentConstant& r : t_recent_constants) {
+    if (r.device != device.get() || r.dtype != dtype || r.grad != grad || r.shape != shape || !arg_equal(r.value, v)) continue;
+    if (UOpPtr u = r.node.lock()) return Tensor(std::move(u), shape, std::move(device));
+  }
+  // The nodes (and DETACH wrappers under no_grad) that Tensor(CONST).reshape(ones).expand(shape) makes.
+  UOpPtr u = UOp::make(Op::CONST, dtype, {device}, v);
+  if (!shape.empty()) u = detail::no_grad_wrap(movement(Op::RESHAPE, u, Shape(shape.size(), 1)));
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d != 1; }))
+    u = detail::no_grad_wrap(movement(Op::EXPAND, u, shape));
+  t_recent_constants[t_next_recent_constant++ % kRecentConstants] = {v, dtype, shape, device.get(), grad, u};
+  return Tensor(std::move(u), shape, std::move(device));
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, const std::string& device) { return full(std::move(shape), 0.0, dtype, device); }
@@ -96,7 +131,8 @@ Tensor Tensor::ones(Shape shape, DType dtype, const std::string& device) { retur
 
 Tensor Tensor::arange(int64_t end, DType dtype, const std::string& device) {
   if (end < 0) throw Error(kiln::cat("Tensor::arange: end ", end, " is negative"));
-  return Tensor(UOp::make(Op::IOTA, dtype, {device_node(device)}, end), {end});
+  UOpPtr dev = device_node(device);
+  return Tensor(UOp::make(Op::IOTA, dtype, {dev}, end), {end}, dev);
 }
 
 // --- elementwise -----------------------------------------------------------------------------
@@ -112,7 +148,7 @@ Tensor Tensor::scalar_like(double s) const {
     else if (is_bool(d)) d = dtypes::int64;
     else if (s < as_double(lowest(d)) || s > as_double(highest(d))) d = dtypes::default_float;
   }
-  return full(shape(), s, d, device());
+  return constant(s, d, shape(), device_uop());
 }
 
 // float16 and bfloat16 are storage types: arithmetic runs in float32 and each op's result is rounded
@@ -121,20 +157,20 @@ using detail::compute_dtype;
 using detail::is_narrow_float;
 
 Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
-  if (device() != other.device())
+  if (device_uop() != other.device_uop())
     throw Error(kiln::cat(name, ": operands are on different devices (", device(), " and ", other.device(), "); move one with to()"));
   Shape out = broadcast_shapes(shape(), other.shape(), name);
   DType d = promote_types(dtype(), other.dtype());
   if (op == Op::FDIV || (op == Op::POW && !is_float(d))) d = to_floating(d);
   DType c = compute_dtype(d);
   Tensor a = cast(d).cast(c).expand(out), b = other.cast(d).cast(c).expand(out);
-  if (is_comparison(op)) return Tensor(UOp::make(op, dtypes::bool_, {a.uop(), b.uop()}), out);
-  return Tensor(UOp::make(op, c, {a.uop(), b.uop()}), out).cast(d);
+  if (is_comparison(op)) return derived(UOp::make(op, dtypes::bool_, {a.uop(), b.uop()}), std::move(out));
+  return derived(UOp::make(op, c, {a.uop(), b.uop()}), std::move(out)).cast(d);
 }
 
 Tensor Tensor::unary(Op op) const {
   DType c = compute_dtype(dtype());
-  return Tensor(UOp::make(op, c, {cast(c).uop()}), shape()).cast(dtype());
+  return derived(UOp::make(op, c, {cast(c).uop()}), shape()).cast(dtype());
 }
 
 Tensor Tensor::operator+(const Tensor& o) const { return binary(Op::ADD, o, "add"); }
@@ -157,17 +193,17 @@ Tensor Tensor::eq(const Tensor& o) const { return binary(Op::CMPEQ, o, "eq"); }
 Tensor Tensor::ne(const Tensor& o) const { return binary(Op::CMPNE, o, "ne"); }
 
 Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
-  if (device() != a.device() || device() != b.device())
+  if (device_uop() != a.device_uop() || device_uop() != b.device_uop())
     throw Error(kiln::cat("where: operands are on different devices (", device(), ", ", a.device(), ", ", b.device(), "); move them with to()"));
   Shape out = broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
   DType d = promote_types(a.dtype(), b.dtype());
   Tensor c = cast(dtypes::bool_).expand(out);
-  return Tensor(UOp::make(Op::WHERE, d, {c.uop(), a.cast(d).expand(out).uop(), b.cast(d).expand(out).uop()}), out);
+  return derived(UOp::make(Op::WHERE, d, {c.uop(), a.cast(d).expand(out).uop(), b.cast(d).expand(out).uop()}), out);
 }
 
 Tensor Tensor::cast(DType d) const {
   if (d == dtype()) return *this;
-  return Tensor(UOp::make(Op::CAST, d, {uop()}), shape());
+  return derived(UOp::make(Op::CAST, d, {uop()}), shape());
 }
 
 Tensor Tensor::exp2() const { return cast(to_floating(dtype())).unary(Op::EXP2); }
@@ -184,7 +220,7 @@ Tensor Tensor::exp() const { return in_float([](const Tensor& x) { return (x * (
 Tensor Tensor::log() const { return in_float([](const Tensor& x) { return x.log2() * std::numbers::ln2; }); }
 // where(x <= 0, 0, x) rather than max(x, 0): NaN passes through, and the gradient at 0 is 0, as in PyTorch.
 Tensor Tensor::relu() const {
-  Tensor zero = zeros(shape(), dtype(), device());
+  Tensor zero = constant(0.0, dtype(), shape(), device_uop());
   return le(zero).where(zero, *this);
 }
 Tensor Tensor::sigmoid() const { return in_float([](const Tensor& x) { return ((-x).exp() + 1.0).reciprocal(); }); }
@@ -220,7 +256,7 @@ Tensor Tensor::reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char
     throw Error(kiln::cat(name, ": cannot reduce an empty tensor of shape ", shape_str(shape()), " (no identity for ", name, ")"));
   Tensor out = kiln::numel(kept) == 1 && numel() >= kSplitReduceAbove
                    ? x.split_reduce(op).reshape(kept)
-                   : Tensor(UOp::make(Op::REDUCE_AXIS, x.dtype(), {x.uop()}, ReduceArg{op, axes}), kept);
+                   : derived(UOp::make(Op::REDUCE_AXIS, x.dtype(), {x.uop()}, ReduceArg{op, axes}), kept);
   return keepdim ? out : out.reshape(dropped);
 }
 
@@ -233,8 +269,8 @@ Tensor Tensor::split_reduce(Op op) const {
   if (!is_float(dtype()) && (op == Op::MAX || op == Op::MIN))
     identity = as_double(op == Op::MAX ? lowest(dtype()) : highest(dtype()));
   Tensor flat = reshape({n}).pad({{0, parts * per - n}}, identity).reshape({parts, per});
-  Tensor partial(UOp::make(Op::REDUCE_AXIS, dtype(), {flat.uop()}, ReduceArg{op, {1}}), {parts, 1});
-  return Tensor(UOp::make(Op::REDUCE_AXIS, dtype(), {partial.uop()}, ReduceArg{op, {0}}), {1, 1});
+  Tensor partial = derived(UOp::make(Op::REDUCE_AXIS, dtype(), {flat.uop()}, ReduceArg{op, {1}}), {parts, 1});
+  return derived(UOp::make(Op::REDUCE_AXIS, dtype(), {partial.uop()}, ReduceArg{op, {0}}), {1, 1});
 }
 
 Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::ADD, std::move(axes), keepdim, "sum"); }
@@ -250,6 +286,7 @@ Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
 // --- movement --------------------------------------------------------------------------------
 
 Tensor Tensor::reshape(Shape new_shape) const {
+  if (new_shape == shape()) return *this;  // the common case, before any checking
   int64_t infer = -1, known = 1;
   for (size_t i = 0; i < new_shape.size(); ++i) {
     if (new_shape[i] == -1) {
@@ -270,7 +307,7 @@ Tensor Tensor::reshape(Shape new_shape) const {
     throw Error(kiln::cat("reshape: shape ", shape_str(shape()), " (", numel(), " elements) cannot become ", shape_str(new_shape), " (",
                     kiln::numel(new_shape), " elements)"));
   if (new_shape == shape()) return *this;
-  return Tensor(movement(Op::RESHAPE, uop(), new_shape), new_shape);
+  return derived(movement(Op::RESHAPE, uop(), new_shape), new_shape);
 }
 
 Tensor Tensor::permute(std::vector<int64_t> order) const {
@@ -287,7 +324,7 @@ Tensor Tensor::permute(std::vector<int64_t> order) const {
   bool identity = true;
   for (size_t i = 0; i < order.size(); ++i) identity &= order[i] == static_cast<int64_t>(i);
   if (identity) return *this;
-  return Tensor(movement(Op::PERMUTE, uop(), order), out);
+  return derived(movement(Op::PERMUTE, uop(), order), std::move(out));
 }
 
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
@@ -303,6 +340,7 @@ Tensor Tensor::transpose(int64_t a, int64_t b) const {
 }
 
 Tensor Tensor::expand(Shape new_shape) const {
+  if (new_shape == shape()) return *this;  // the common case, before any checking
   if (new_shape.size() < shape().size())
     throw Error(kiln::cat("expand: cannot expand shape ", shape_str(shape()), " to fewer dimensions ", shape_str(new_shape)));
   Shape padded(new_shape.size() - shape().size(), 1);
@@ -316,7 +354,7 @@ Tensor Tensor::expand(Shape new_shape) const {
   }
   Tensor x = reshape(padded);
   if (new_shape == padded) return x;
-  return Tensor(movement(Op::EXPAND, x.uop(), new_shape), new_shape);
+  return derived(movement(Op::EXPAND, x.uop(), new_shape), new_shape);
 }
 
 Tensor Tensor::pad(Pairs padding, double value) const {
@@ -331,11 +369,11 @@ Tensor Tensor::pad(Pairs padding, double value) const {
     any |= padding[i].first != 0 || padding[i].second != 0;
   }
   if (!any) return *this;
-  Tensor padded(movement(Op::PAD, uop(), padding), out);
+  Tensor padded = derived(movement(Op::PAD, uop(), padding), out);
   if (value == 0.0) return padded;
   // Non-zero padding: pad a mask of ones the same way and fill where it is 0.
-  Tensor mask(movement(Op::PAD, ones(shape(), dtypes::bool_, device()).uop(), padding), out);
-  return mask.where(padded, full(out, value, dtype(), device()));
+  Tensor mask = derived(movement(Op::PAD, constant(true, dtypes::bool_, shape(), device_uop()).uop(), padding), out);
+  return mask.where(padded, constant(value, dtype(), out, device_uop()));
 }
 
 Tensor Tensor::shrink(Pairs bounds) const {
@@ -351,7 +389,7 @@ Tensor Tensor::shrink(Pairs bounds) const {
     identity &= b == 0 && e == shape()[i];
   }
   if (identity) return *this;
-  return Tensor(movement(Op::SHRINK, uop(), bounds), out);
+  return derived(movement(Op::SHRINK, uop(), bounds), std::move(out));
 }
 
 Tensor Tensor::flip(std::vector<int64_t> axes) const {
@@ -362,10 +400,10 @@ Tensor Tensor::flip(std::vector<int64_t> axes) const {
   std::vector<int64_t> flags(shape().size(), 0);
   for (int64_t a : axes) flags[static_cast<size_t>(normalize_axis(a, ndim(), "flip"))] ^= 1;
   if (std::all_of(flags.begin(), flags.end(), [](int64_t f) { return f == 0; })) return *this;
-  return Tensor(movement(Op::FLIP, uop(), flags), shape());
+  return derived(movement(Op::FLIP, uop(), flags), shape());
 }
 
-Tensor Tensor::contiguous() const { return Tensor(UOp::make(Op::CONTIGUOUS, dtype(), {uop()}), shape()); }
+Tensor Tensor::contiguous() const { return derived(UOp::make(Op::CONTIGUOUS, dtype(), {uop()}), shape()); }
 
 // --- running -----------------------------------------------------------------------------------
 

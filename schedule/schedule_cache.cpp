@@ -8,11 +8,6 @@ namespace kiln {
 
 namespace {
 
-uint64_t hash_dtype(DType d) {
-  return hash_combine(hash_combine(static_cast<uint64_t>(d.scalar), d.count),
-                      (d.is_ptr ? 2u : 0u) + static_cast<uint64_t>(d.addr) * 4);
-}
-
 // The BUFFER holding an input's value and the DEVICE it lives on.
 const UOpPtr& device_of_buffer(const UOpPtr& buffer) { return buffer->src[0]; }
 

@@ -67,82 +67,109 @@ uint64_t arg_hash(const Arg& a) {
 
 // --- the interning table ------------------------------------------------------------------------
 //
-// Sharded by hash so that threads building unrelated nodes rarely contend. Each entry keeps a raw
-// pointer (to compare fields under the shard lock) and a weak_ptr (to take a strong reference only
-// if the node is still alive). A node's deleter removes its entry under the same lock before freeing
-// it, so a raw pointer found in the table always points to a live object, possibly one whose count
-// already reached zero: then weak.lock() fails and a fresh node replaces the entry.
+// Sharded by hash so that threads building unrelated nodes rarely contend. Each shard is an
+// open-addressing set of plain node pointers (linear probing, no allocation per entry). A node is
+// made with make_shared (node and control block in one allocation) and its destructor removes its
+// entry under the shard lock before any field is destroyed, so a pointer found in the table always
+// points to a live object, possibly one whose count already reached zero: then weak_from_this().lock()
+// fails, the entry is dropped, and a fresh node takes its place (the dying node's destructor then
+// finds no entry of its own and has nothing to remove).
 
 struct UOpTable {
-  struct Entry {
-    const UOp* raw;
-    std::weak_ptr<const UOp> weak;
-  };
-  struct Shard {
+  class Shard {
+   public:
     std::mutex mu;
-    std::unordered_multimap<uint64_t, Entry> entries;
+
+    // The live node equal to (op, dtype, src, arg) with hash h, else a new one (called under mu).
+    UOpPtr find_or_add(uint64_t h, Op op, DType dtype, std::vector<UOpPtr>& src, Arg& arg) {
+      if (slots_.empty()) slots_.assign(16, nullptr);
+      for (size_t i = home(h);; i = next(i)) {
+        const UOp* u = slots_[i];
+        if (u == nullptr) break;
+        if (u->hash() != h || !same(*u, op, dtype, src, arg)) continue;
+        if (UOpPtr alive = u->weak_from_this().lock()) return alive;
+        erase_at(i);  // dying: its destructor will find no entry
+        break;
+      }
+      auto node = std::make_shared<const UOp>(UOp::Key(), op, dtype, std::move(src), std::move(arg), h);
+      if (2 * (size_ + 1) > slots_.size()) grow();
+      insert(node.get());
+      return node;
+    }
+
+    void remove(const UOp* dying) {
+      if (slots_.empty()) return;
+      for (size_t i = home(dying->hash()); slots_[i] != nullptr; i = next(i))
+        if (slots_[i] == dying) return erase_at(i);
+    }
+
+    size_t size() const { return size_; }
+
+   private:
+    static bool same(const UOp& u, Op op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
+      return u.op == op && u.dtype == dtype && u.src == src && arg_equal(u.arg, arg);
+    }
+    // The low bits chose the shard; the slot comes from the bits above them.
+    size_t home(uint64_t h) const { return static_cast<size_t>(h >> 6) & (slots_.size() - 1); }
+    size_t next(size_t i) const { return (i + 1) & (slots_.size() - 1); }
+
+    void insert(const UOp* u) {
+      size_t i = home(u->hash());
+      while (slots_[i] != nullptr) i = next(i);
+      slots_[i] = u;
+      ++size_;
+    }
+    void grow() {
+      std::vector<const UOp*> old = std::exchange(slots_, std::vector<const UOp*>(slots_.size() * 2, nullptr));
+      size_ = 0;
+      for (const UOp* u : old)
+        if (u != nullptr) insert(u);
+    }
+    // Backward-shift deletion: entries after the hole that may live there move up, so every entry
+    // stays reachable from its home slot without tombstones.
+    void erase_at(size_t hole) {
+      --size_;
+      for (size_t i = next(hole);; i = next(i)) {
+        slots_[hole] = nullptr;
+        for (;; i = next(i)) {
+          if (slots_[i] == nullptr) return;
+          size_t want = home(slots_[i]->hash());
+          bool stays = hole <= i ? (hole < want && want <= i) : (hole < want || want <= i);  // want in (hole, i]
+          if (!stays) break;
+        }
+        slots_[hole] = slots_[i];
+        hole = i;
+      }
+    }
+
+    std::vector<const UOp*> slots_;  // empty, or a power of two in size, at most half full
+    size_t size_ = 0;
   };
+
   static constexpr size_t kShards = 64;
   std::array<Shard, kShards> shards;
 
   Shard& shard_for(uint64_t hash) { return shards[hash % kShards]; }
 
-  static bool same(const UOp& u, Op op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
-    return u.op == op && u.dtype == dtype && u.src == src && arg_equal(u.arg, arg);
-  }
-
   UOpPtr intern(Op op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
-    uint64_t h = hash_combine(hash_combine(static_cast<uint64_t>(op), hash_string(dtype.name())), arg_hash(arg));
+    uint64_t h = hash_combine(hash_combine(static_cast<uint64_t>(op), hash_dtype(dtype)), arg_hash(arg));
     for (const UOpPtr& s : src) h = hash_combine(h, s->hash());
     Shard& shard = shard_for(h);
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto [first, last] = shard.entries.equal_range(h);
-    for (auto it = first; it != last; ++it) {
-      if (!same(*it->second.raw, op, dtype, src, arg)) continue;
-      if (UOpPtr alive = it->second.weak.lock()) return alive;
-      shard.entries.erase(it);  // dying: its deleter will find no entry and just free it
-      break;
-    }
-    UOpPtr node(new UOp(op, dtype, std::move(src), std::move(arg), h), [](const UOp* dying) { table().release(dying); });
-    shard.entries.emplace(h, Entry{node.get(), node});
-    return node;
+    return shard.find_or_add(h, op, dtype, src, arg);
   }
 
-  void release(const UOp* dying) {
-    {
-      Shard& shard = shard_for(dying->hash());
-      std::lock_guard<std::mutex> lock(shard.mu);
-      auto [first, last] = shard.entries.equal_range(dying->hash());
-      for (auto it = first; it != last; ++it) {
-        if (it->second.raw == dying) {
-          shard.entries.erase(it);
-          break;
-        }
-      }
-    }
-    // Freeing a node drops its sources, which may free them in turn: a long chain would recurse once
-    // per node and overflow the stack. Nested releases on this thread are queued instead, and the
-    // outermost release frees the queue in a loop. Deletion happens outside the shard lock.
-    thread_local std::vector<const UOp*>* pending = nullptr;
-    if (pending != nullptr) {
-      pending->push_back(dying);
-      return;
-    }
-    std::vector<const UOp*> queue{dying};
-    pending = &queue;
-    while (!queue.empty()) {
-      const UOp* next = queue.back();
-      queue.pop_back();
-      delete next;
-    }
-    pending = nullptr;
+  void remove(const UOp* dying) {
+    Shard& shard = shard_for(dying->hash());
+    std::lock_guard<std::mutex> lock(shard.mu);
+    shard.remove(dying);
   }
 
   size_t size() {
     size_t n = 0;
     for (Shard& shard : shards) {
       std::lock_guard<std::mutex> lock(shard.mu);
-      n += shard.entries.size();
+      n += shard.size();
     }
     return n;
   }
@@ -154,9 +181,29 @@ struct UOpTable {
   }
 };
 
-UOp::UOp(Op op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, uint64_t hash)
+UOp::UOp(Key, Op op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, uint64_t hash)
     : op(op_), dtype(dtype_), src(std::move(src_)), arg(std::move(arg_)), hash_(hash) {
   std::tie(vmin_, vmax_) = compute_range(op, dtype, src, arg);
+}
+
+UOp::~UOp() {
+  UOpTable::table().remove(this);
+  // Dropping the sources may free them in turn: a long chain would recurse once per node and overflow
+  // the stack. So the sources move to a per-thread queue, which the outermost destructor drains in a
+  // loop. (const does not apply to an object under destruction, so moving out of src is allowed.)
+  thread_local std::vector<UOpPtr> pending;
+  thread_local bool draining = false;
+  auto& sources = const_cast<std::vector<UOpPtr>&>(src);
+  for (UOpPtr& s : sources)
+    if (s.use_count() == 1) pending.push_back(std::move(s));  // only the last owner defers; others just decrement
+  if (draining) return;
+  draining = true;
+  while (!pending.empty()) {
+    UOpPtr last = std::move(pending.back());
+    pending.pop_back();
+    last.reset();  // may run nested destructors, which only append to pending
+  }
+  draining = false;
 }
 
 UOpPtr UOp::make(Op op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
