@@ -6,6 +6,15 @@
 namespace kiln::detail {
 
 UOpPtr movement(Op op, const UOpPtr& x, Arg arg);
+// Sources for UOp::make without the extra copy of each that an initializer list makes: every copy of
+// a UOpPtr is an atomic increment, and the frontend makes a node per operation.
+template <typename... Ts>
+std::vector<UOpPtr> sources(Ts&&... src) {
+  std::vector<UOpPtr> v;
+  v.reserve(sizeof...(src));
+  (v.push_back(std::forward<Ts>(src)), ...);
+  return v;
+}
 // float16 and bfloat16: stored narrow, computed in float32 (compute_dtype).
 inline bool is_narrow_float(DType d) { return d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16; }
 inline DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float32.vec(d.count) : d; }

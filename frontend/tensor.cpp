@@ -24,7 +24,7 @@ template <> DType dtype_of<bool>() { return dtypes::bool_; }
 
 namespace detail {
 
-UOpPtr movement(Op op, const UOpPtr& x, Arg arg) { return UOp::make(op, x->dtype, {x}, std::move(arg)); }
+UOpPtr movement(Op op, const UOpPtr& x, Arg arg) { return UOp::make(op, x->dtype, sources(x), std::move(arg)); }
 
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op) {
   int64_t n = std::max<int64_t>(ndim, 1);
@@ -118,7 +118,7 @@ Tensor Tensor::constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr de
     if (UOpPtr u = r.node.lock()) return Tensor(std::move(u), shape, std::move(device));
   }
   // The nodes (and DETACH wrappers under no_grad) that Tensor(CONST).reshape(ones).expand(shape) makes.
-  UOpPtr u = UOp::make(Op::CONST, dtype, {device}, v);
+  UOpPtr u = UOp::make(Op::CONST, dtype, detail::sources(device), v);
   if (!shape.empty()) u = detail::no_grad_wrap(movement(Op::RESHAPE, u, Shape(shape.size(), 1)));
   if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d != 1; }))
     u = detail::no_grad_wrap(movement(Op::EXPAND, u, shape));
@@ -156,20 +156,32 @@ Tensor Tensor::scalar_like(double s) const {
 using detail::compute_dtype;
 using detail::is_narrow_float;
 
+namespace {
+// An operand of an elementwise op: cast to the result dtype d, computed in c, broadcast to `out`.
+// Most operands already are, and skipping the intermediate tensors matters when graphs are rebuilt often.
+UOpPtr operand(const Tensor& t, DType d, DType c, const Shape& out) {
+  if (t.dtype() == d && d == c && t.shape() == out) return t.uop();
+  return t.cast(d).cast(c).expand(out).uop();
+}
+}  // namespace
+
 Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
   if (device_uop() != other.device_uop())
     throw Error(kiln::cat(name, ": operands are on different devices (", device(), " and ", other.device(), "); move one with to()"));
-  Shape out = broadcast_shapes(shape(), other.shape(), name);
+  Shape out = shape() == other.shape() ? shape() : broadcast_shapes(shape(), other.shape(), name);
   DType d = promote_types(dtype(), other.dtype());
   if (op == Op::FDIV || (op == Op::POW && !is_float(d))) d = to_floating(d);
   DType c = compute_dtype(d);
-  Tensor a = cast(d).cast(c).expand(out), b = other.cast(d).cast(c).expand(out);
-  if (is_comparison(op)) return derived(UOp::make(op, dtypes::bool_, {a.uop(), b.uop()}), std::move(out));
-  return derived(UOp::make(op, c, {a.uop(), b.uop()}), std::move(out)).cast(d);
+  UOpPtr a = operand(*this, d, c, out), b = operand(other, d, c, out);
+  if (is_comparison(op)) return derived(UOp::make(op, dtypes::bool_, detail::sources(std::move(a), std::move(b))), std::move(out));
+  Tensor result = derived(UOp::make(op, c, detail::sources(std::move(a), std::move(b))), std::move(out));
+  if (c != d) return result.cast(d);
+  return result;
 }
 
 Tensor Tensor::unary(Op op) const {
   DType c = compute_dtype(dtype());
+  if (c == dtype()) return derived(UOp::make(op, c, detail::sources(uop())), shape());
   return derived(UOp::make(op, c, {cast(c).uop()}), shape()).cast(dtype());
 }
 
@@ -195,15 +207,16 @@ Tensor Tensor::ne(const Tensor& o) const { return binary(Op::CMPNE, o, "ne"); }
 Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
   if (device_uop() != a.device_uop() || device_uop() != b.device_uop())
     throw Error(kiln::cat("where: operands are on different devices (", device(), ", ", a.device(), ", ", b.device(), "); move them with to()"));
-  Shape out = broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
+  Shape out = shape() == a.shape() && shape() == b.shape() ? shape()
+              : broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
   DType d = promote_types(a.dtype(), b.dtype());
-  Tensor c = cast(dtypes::bool_).expand(out);
-  return derived(UOp::make(Op::WHERE, d, {c.uop(), a.cast(d).expand(out).uop(), b.cast(d).expand(out).uop()}), out);
+  UOpPtr cond = operand(*this, dtypes::bool_, dtypes::bool_, out);
+  return derived(UOp::make(Op::WHERE, d, detail::sources(std::move(cond), operand(a, d, d, out), operand(b, d, d, out))), out);
 }
 
 Tensor Tensor::cast(DType d) const {
   if (d == dtype()) return *this;
-  return derived(UOp::make(Op::CAST, d, {uop()}), shape());
+  return derived(UOp::make(Op::CAST, d, detail::sources(uop())), shape());
 }
 
 Tensor Tensor::exp2() const { return cast(to_floating(dtype())).unary(Op::EXP2); }

@@ -54,10 +54,10 @@ struct DType {
   std::string name() const;  // "float32", "float32x4", "float32*", "float32x4*local"
 };
 
-// A stable hash of every field (uop/hash.h): cheap enough for hash-consing every node.
+// A stable hash of every field (uop/hash.h), one mix of them packed: hash-consing pays it per node.
 inline uint64_t hash_dtype(DType d) {
-  return hash_combine(hash_combine(static_cast<uint64_t>(d.scalar), d.count),
-                      (d.is_ptr ? 2u : 0u) + static_cast<uint64_t>(d.addr) * 4);
+  return hash_mix(static_cast<uint64_t>(d.scalar) | uint64_t{d.count} << 8 | uint64_t{d.is_ptr} << 24 |
+                  static_cast<uint64_t>(d.addr) << 32);
 }
 
 namespace dtypes {

@@ -15,20 +15,19 @@ namespace kiln {
 // --- args ---------------------------------------------------------------------------------------
 
 namespace {
-uint64_t hash_double(double d) { return hash_mix(std::bit_cast<uint64_t>(d)); }
 uint64_t hash_vec(const std::vector<int64_t>& v) {
   uint64_t h = hash_mix(v.size());
-  for (int64_t x : v) h = hash_combine(h, static_cast<uint64_t>(x));
+  for (int64_t x : v) h = hash_fold(h, static_cast<uint64_t>(x));
   return h;
 }
 uint64_t hash_const(const ConstValue& c) {
-  uint64_t payload = std::visit(
+  uint64_t bits = std::visit(
       [](auto x) -> uint64_t {
-        if constexpr (std::is_same_v<decltype(x), double>) return hash_double(x);
-        else return hash_mix(static_cast<uint64_t>(x));
+        if constexpr (std::is_same_v<decltype(x), double>) return std::bit_cast<uint64_t>(x);  // NaN by bits, 0 != -0
+        else return static_cast<uint64_t>(x);
       },
       c);
-  return hash_combine(c.index(), payload);
+  return hash_fold(c.index(), bits);
 }
 bool const_equal(const ConstValue& a, const ConstValue& b) {
   if (a.index() != b.index()) return false;
@@ -47,22 +46,23 @@ uint64_t arg_hash(const Arg& a) {
   struct Hasher {
     uint64_t operator()(std::monostate) const { return 0; }
     uint64_t operator()(const ConstValue& c) const { return hash_const(c); }
-    uint64_t operator()(int64_t x) const { return hash_mix(static_cast<uint64_t>(x)); }
-    uint64_t operator()(Op op) const { return hash_mix(static_cast<uint64_t>(op)); }
+    uint64_t operator()(int64_t x) const { return static_cast<uint64_t>(x); }
+    uint64_t operator()(Op op) const { return static_cast<uint64_t>(op); }
     uint64_t operator()(const std::string& s) const { return hash_string(s); }
     uint64_t operator()(const std::vector<int64_t>& v) const { return hash_vec(v); }
     uint64_t operator()(const Pairs& v) const {
       uint64_t h = hash_mix(v.size());
-      for (auto [x, y] : v) h = hash_combine(hash_combine(h, static_cast<uint64_t>(x)), static_cast<uint64_t>(y));
+      for (auto [x, y] : v) h = hash_fold(hash_fold(h, static_cast<uint64_t>(x)), static_cast<uint64_t>(y));
       return h;
     }
     uint64_t operator()(const VarArg& v) const {
-      return hash_combine(hash_combine(hash_string(v.name), static_cast<uint64_t>(v.min)), static_cast<uint64_t>(v.max));
+      return hash_fold(hash_fold(hash_string(v.name), static_cast<uint64_t>(v.min)), static_cast<uint64_t>(v.max));
     }
-    uint64_t operator()(const ReduceArg& r) const { return hash_combine(static_cast<uint64_t>(r.op), hash_vec(r.axes)); }
-    uint64_t operator()(const BufferArg& b) const { return hash_combine(static_cast<uint64_t>(b.id), static_cast<uint64_t>(b.size)); }
+    uint64_t operator()(const ReduceArg& r) const { return hash_fold(static_cast<uint64_t>(r.op), hash_vec(r.axes)); }
+    uint64_t operator()(const BufferArg& b) const { return hash_fold(static_cast<uint64_t>(b.id), static_cast<uint64_t>(b.size)); }
   };
-  return hash_combine(a.index(), std::visit(Hasher{}, a));
+  // Alternatives that are plain integers are mixed here, once, with the alternative's index.
+  return hash_fold(a.index(), std::visit(Hasher{}, a));
 }
 
 // --- the interning table ------------------------------------------------------------------------
@@ -82,30 +82,33 @@ struct UOpTable {
 
     // The live node equal to (op, dtype, src, arg) with hash h, else a new one (called under mu).
     UOpPtr find_or_add(uint64_t h, Op op, DType dtype, std::vector<UOpPtr>& src, Arg& arg) {
-      if (slots_.empty()) slots_.assign(16, nullptr);
-      for (size_t i = home(h);; i = next(i)) {
-        const UOp* u = slots_[i];
-        if (u == nullptr) break;
-        if (u->hash() != h || !same(*u, op, dtype, src, arg)) continue;
-        if (UOpPtr alive = u->weak_from_this().lock()) return alive;
+      if (slots_.empty()) slots_.resize(16);
+      for (size_t i = home(h); slots_[i].node != nullptr; i = next(i)) {
+        if (slots_[i].hash != h || !same(*slots_[i].node, op, dtype, src, arg)) continue;
+        if (UOpPtr alive = slots_[i].node->weak_from_this().lock()) return alive;
         erase_at(i);  // dying: its destructor will find no entry
         break;
       }
       auto node = std::make_shared<const UOp>(UOp::Key(), op, dtype, std::move(src), std::move(arg), h);
       if (2 * (size_ + 1) > slots_.size()) grow();
-      insert(node.get());
+      insert({h, node.get()});
       return node;
     }
 
     void remove(const UOp* dying) {
       if (slots_.empty()) return;
-      for (size_t i = home(dying->hash()); slots_[i] != nullptr; i = next(i))
-        if (slots_[i] == dying) return erase_at(i);
+      for (size_t i = home(dying->hash()); slots_[i].node != nullptr; i = next(i))
+        if (slots_[i].node == dying) return erase_at(i);
     }
 
     size_t size() const { return size_; }
 
    private:
+    // The hash is kept beside the pointer so that probing never touches other nodes' memory.
+    struct Slot {
+      uint64_t hash = 0;
+      const UOp* node = nullptr;
+    };
     static bool same(const UOp& u, Op op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
       return u.op == op && u.dtype == dtype && u.src == src && arg_equal(u.arg, arg);
     }
@@ -113,27 +116,27 @@ struct UOpTable {
     size_t home(uint64_t h) const { return static_cast<size_t>(h >> 6) & (slots_.size() - 1); }
     size_t next(size_t i) const { return (i + 1) & (slots_.size() - 1); }
 
-    void insert(const UOp* u) {
-      size_t i = home(u->hash());
-      while (slots_[i] != nullptr) i = next(i);
-      slots_[i] = u;
+    void insert(Slot s) {
+      size_t i = home(s.hash);
+      while (slots_[i].node != nullptr) i = next(i);
+      slots_[i] = s;
       ++size_;
     }
     void grow() {
-      std::vector<const UOp*> old = std::exchange(slots_, std::vector<const UOp*>(slots_.size() * 2, nullptr));
+      std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(slots_.size() * 2));
       size_ = 0;
-      for (const UOp* u : old)
-        if (u != nullptr) insert(u);
+      for (const Slot& s : old)
+        if (s.node != nullptr) insert(s);
     }
     // Backward-shift deletion: entries after the hole that may live there move up, so every entry
     // stays reachable from its home slot without tombstones.
     void erase_at(size_t hole) {
       --size_;
       for (size_t i = next(hole);; i = next(i)) {
-        slots_[hole] = nullptr;
+        slots_[hole] = Slot{};
         for (;; i = next(i)) {
-          if (slots_[i] == nullptr) return;
-          size_t want = home(slots_[i]->hash());
+          if (slots_[i].node == nullptr) return;
+          size_t want = home(slots_[i].hash);
           bool stays = hole <= i ? (hole < want && want <= i) : (hole < want || want <= i);  // want in (hole, i]
           if (!stays) break;
         }
@@ -142,7 +145,7 @@ struct UOpTable {
       }
     }
 
-    std::vector<const UOp*> slots_;  // empty, or a power of two in size, at most half full
+    std::vector<Slot> slots_;  // empty, or a power of two in size, at most half full
     size_t size_ = 0;
   };
 
@@ -152,8 +155,9 @@ struct UOpTable {
   Shard& shard_for(uint64_t hash) { return shards[hash % kShards]; }
 
   UOpPtr intern(Op op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
-    uint64_t h = hash_combine(hash_combine(static_cast<uint64_t>(op), hash_dtype(dtype)), arg_hash(arg));
-    for (const UOpPtr& s : src) h = hash_combine(h, s->hash());
+    uint64_t h = hash_fold(hash_dtype(dtype), static_cast<uint64_t>(op));
+    if (!std::holds_alternative<std::monostate>(arg)) h = hash_fold(h, arg_hash(arg));
+    for (const UOpPtr& s : src) h = hash_fold(h, s->hash());
     Shard& shard = shard_for(h);
     std::lock_guard<std::mutex> lock(shard.mu);
     return shard.find_or_add(h, op, dtype, src, arg);
