@@ -1,5 +1,6 @@
 #include "frontend/realize.h"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -25,6 +26,7 @@ std::atomic<size_t> g_lowered{0}, g_launched{0};
 class RealizedMap {
  public:
   UOpPtr find(const UOpPtr& u) {
+    if (!may_contain(u.get())) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(u.get());
     if (it == map_.end()) return nullptr;
@@ -39,13 +41,34 @@ class RealizedMap {
     std::lock_guard<std::mutex> lock(mu_);
     if (++adds_ % 256 == 0) prune();
     map_[u.get()] = {u, buffer};
+    size_t bit = filter_bit(u.get());
+    filter_[bit / 64].fetch_or(uint64_t{1} << (bit % 64));
   }
 
  private:
-  void prune() {
-    for (auto it = map_.begin(); it != map_.end();)
-      it = it->second.first.expired() || it->second.second.expired() ? map_.erase(it) : std::next(it);
+  // Every node of every realized graph is looked up, and almost none is here: a filter of the
+  // addresses that may be answers most lookups without the lock. add sets an entry's bit; prune
+  // stores each word at once, keeping the bits of every entry that remains, so none goes missing.
+  static size_t filter_bit(const UOp* u) { return hash_mix(reinterpret_cast<uintptr_t>(u)) % kFilterBits; }
+  bool may_contain(const UOp* u) const {
+    size_t bit = filter_bit(u);
+    return (filter_[bit / 64].load(std::memory_order_relaxed) >> (bit % 64)) & 1;
   }
+  void prune() {
+    std::array<uint64_t, kFilterBits / 64> kept{};
+    for (auto it = map_.begin(); it != map_.end();) {
+      if (it->second.first.expired() || it->second.second.expired()) {
+        it = map_.erase(it);
+        continue;
+      }
+      size_t bit = filter_bit(it->first);
+      kept[bit / 64] |= uint64_t{1} << (bit % 64);
+      ++it;
+    }
+    for (size_t i = 0; i < kept.size(); ++i) filter_[i].store(kept[i], std::memory_order_relaxed);
+  }
+  static constexpr size_t kFilterBits = 4096;
+  std::array<std::atomic<uint64_t>, kFilterBits / 64> filter_{};
   std::mutex mu_;
   size_t adds_ = 0;
   std::unordered_map<const UOp*, std::pair<std::weak_ptr<const UOp>, std::weak_ptr<const UOp>>> map_;

@@ -1,6 +1,7 @@
 #include "frontend/tensor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
 
@@ -23,7 +24,7 @@ template <> DType dtype_of<bool>() { return dtypes::bool_; }
 
 namespace detail {
 
-UOpPtr movement(Op op, const UOpPtr& x, Arg arg) { return UOp::make(op, x->dtype, {x}, std::move(arg)); }
+UOpPtr movement(Op op, const UOpPtr& x, Arg arg) { return UOp::make(op, x->dtype, sources(x), std::move(arg)); }
 
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op) {
   int64_t n = std::max<int64_t>(ndim, 1);
@@ -46,11 +47,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
-Tensor constant(ConstValue v, DType dtype, const Shape& shape, const std::string& device) {
-  Tensor scalar(UOp::make(Op::CONST, dtype, {device_node(device)}, cast_const(v, dtype)), {});
-  return scalar.reshape(Shape(shape.size(), 1)).expand(shape);
-}
-
 }  // namespace detail
 
 using detail::broadcast_shapes;
@@ -62,15 +58,20 @@ Tensor::Tensor(UOpPtr uop, Shape shape) : state_(std::make_shared<State>()) {
   state_->shape = std::move(shape);
 }
 
+Tensor::Tensor(UOpPtr uop, Shape shape, UOpPtr device) : Tensor(std::move(uop), std::move(shape)) {
+  state_->device = std::move(device);
+}
+
 Tensor::Tensor() : Tensor(zeros({})) {}
 
 const Shape& Tensor::shape() const { return state_->shape; }
 DType Tensor::dtype() const { return state_->uop->dtype; }
 const UOpPtr& Tensor::uop() const { return state_->uop; }
-std::string Tensor::device() const {
-  if (state_->device.empty()) state_->device = device_of(uop())->arg_as<std::string>();
+const UOpPtr& Tensor::device_uop() const {
+  if (!state_->device) state_->device = device_of(uop());  // a tensor made by Tensor(uop, shape)
   return state_->device;
 }
+std::string Tensor::device() const { return device_uop()->arg_as<std::string>(); }
 
 // --- creation --------------------------------------------------------------------------------
 
@@ -78,17 +79,51 @@ Tensor Tensor::from_raw(const void* data, DType dtype, Shape shape, const std::s
   for (int64_t d : shape)
     if (d < 0) throw Error(kiln::cat("Tensor: negative dimension in shape ", shape_str(shape)));
   int64_t n = kiln::numel(shape);
-  UOpPtr buffer = new_buffer(device_node(device), std::max<int64_t>(n, 1), dtype);
+  UOpPtr dev = device_node(device);
+  UOpPtr buffer = new_buffer(dev, std::max<int64_t>(n, 1), dtype);
   DeviceBuffer& storage = storage_of(buffer);
   storage.ensure_allocated();
   storage.device->copy_in(storage.raw, data, static_cast<size_t>(n) * dtype.itemsize());
-  return Tensor(movement(Op::RESHAPE, buffer, shape), shape);
+  return Tensor(movement(Op::RESHAPE, buffer, shape), shape, std::move(dev));
 }
 
 Tensor Tensor::full(Shape shape, double value, DType dtype, const std::string& device) {
   for (int64_t d : shape)
     if (d < 0) throw Error(kiln::cat("Tensor::full: negative dimension in shape ", shape_str(shape)));
-  return detail::constant(value, dtype, shape, device);
+  return constant(value, dtype, shape, device_node(device));
+}
+
+namespace {
+// Constants made lately on this thread: expressions repeat their scalars (x * 1.5 in a loop, the zero
+// of every relu), and finding one here is cheaper than interning its three nodes again. Weak, so the
+// cache never keeps a graph alive.
+struct RecentConstant {
+  ConstValue value;
+  DType dtype;
+  Shape shape;
+  const UOp* device = nullptr;  // compared only while `node`, which holds it alive, is
+  bool grad = false;             // grad_enabled() when made: under no_grad the nodes are wrapped
+  std::weak_ptr<const UOp> node;
+};
+constexpr size_t kRecentConstants = 8;
+thread_local std::array<RecentConstant, kRecentConstants> t_recent_constants;
+thread_local size_t t_next_recent_constant = 0;
+}  // namespace
+
+Tensor Tensor::constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr device) {
+  v = cast_const(v, dtype);
+  bool grad = grad_enabled();
+  for (const RecentConstant& r : t_recent_constants) {
+    if (r.device != device.get() || r.dtype != dtype || r.grad != grad || r.shape != shape || !arg_equal(r.value, v)) continue;
+    if (UOpPtr u = r.node.lock()) return Tensor(std::move(u), shape, std::move(device));
+  }
+  // The nodes (and DETACH wrappers under no_grad) that Tensor(CONST).reshape(ones).expand(shape) makes.
+  UOpPtr u = UOp::make(Op::CONST, dtype, detail::sources(device), v);
+  if (!shape.empty()) u = detail::no_grad_wrap(movement(Op::RESHAPE, u, Shape(shape.size(), 1)));
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d != 1; }))
+    u = detail::no_grad_wrap(movement(Op::EXPAND, u, shape));
+  t_recent_constants[t_next_recent_constant++ % kRecentConstants] = {v, dtype, shape, device.get(), grad, u};
+  return Tensor(std::move(u), shape, std::move(device));
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, const std::string& device) { return full(std::move(shape), 0.0, dtype, device); }
@@ -96,7 +131,8 @@ Tensor Tensor::ones(Shape shape, DType dtype, const std::string& device) { retur
 
 Tensor Tensor::arange(int64_t end, DType dtype, const std::string& device) {
   if (end < 0) throw Error(kiln::cat("Tensor::arange: end ", end, " is negative"));
-  return Tensor(UOp::make(Op::IOTA, dtype, {device_node(device)}, end), {end});
+  UOpPtr dev = device_node(device);
+  return Tensor(UOp::make(Op::IOTA, dtype, {dev}, end), {end}, dev);
 }
 
 // --- elementwise -----------------------------------------------------------------------------
@@ -104,7 +140,7 @@ Tensor Tensor::arange(int64_t end, DType dtype, const std::string& device) {
 Tensor Tensor::scalar_like(double s) const {
   // PyTorch's rule for a Python scalar: it keeps the tensor's dtype within its category. A C++ double
   // that is integral and fits the tensor's integer type acts like a Python int (so a bool tensor goes
-  // to int64); anything else (a fraction, inf, NaN, out of range) acts like a Python float.
+  // to int64); anything else (a fraction, inf, NaN) acts like a Python float.
   // An integral value outside the tensor's range is an error, as in current PyTorch ("value cannot be
   // converted without overflow"): PyTorch 1.x wrapped it silently, an older kiln made the result float.
   DType d = dtype();
@@ -116,7 +152,7 @@ Tensor Tensor::scalar_like(double s) const {
       throw Error(kiln::cat("scalar ", s, " does not fit the tensor's dtype ", d.name(), " (", as_double(lowest(d)), " to ",
                             as_double(highest(d)), "); cast the tensor to a wider type first"));
   }
-  return full(shape(), s, d, device());
+  return constant(s, d, shape(), device_uop());
 }
 
 // float16 and bfloat16 are storage types: arithmetic runs in float32 and each op's result is rounded
@@ -126,6 +162,13 @@ using detail::is_narrow_float;
 
 namespace {
 int category(DType d) { return is_bool(d) ? 0 : is_float(d) ? 2 : 1; }
+
+// An operand of an elementwise op: cast to the result dtype d, computed in c, broadcast to `out`.
+// Most operands already are, and skipping the intermediate tensors matters when graphs are rebuilt often.
+UOpPtr operand(const Tensor& t, DType d, DType c, const Shape& out) {
+  if (t.dtype() == d && d == c && t.shape() == out) return t.uop();
+  return t.cast(d).cast(c).expand(out).uop();
+}
 }  // namespace
 
 // torch.result_type of two tensors: a 0-d tensor beside a dimensioned one decides the dtype only when
@@ -138,20 +181,23 @@ DType detail::result_type(const Tensor& a, const Tensor& b) {
 }
 
 Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
-  if (device() != other.device())
+  if (device_uop() != other.device_uop())
     throw Error(kiln::cat(name, ": operands are on different devices (", device(), " and ", other.device(), "); move one with to()"));
-  Shape out = broadcast_shapes(shape(), other.shape(), name);
+  Shape out = shape() == other.shape() ? shape() : broadcast_shapes(shape(), other.shape(), name);
   DType d = detail::result_type(*this, other);
   if (op == Op::FDIV) d = to_floating(d);  // (integer pow never gets here: tensor_math.cpp)
   DType c = compute_dtype(d);
-  Tensor a = cast(d).cast(c).expand(out), b = other.cast(d).cast(c).expand(out);
-  if (is_comparison(op)) return Tensor(UOp::make(op, dtypes::bool_, {a.uop(), b.uop()}), out);
-  return Tensor(UOp::make(op, c, {a.uop(), b.uop()}), out).cast(d);
+  UOpPtr a = operand(*this, d, c, out), b = operand(other, d, c, out);
+  if (is_comparison(op)) return derived(UOp::make(op, dtypes::bool_, detail::sources(std::move(a), std::move(b))), std::move(out));
+  Tensor result = derived(UOp::make(op, c, detail::sources(std::move(a), std::move(b))), std::move(out));
+  if (c != d) return result.cast(d);
+  return result;
 }
 
 Tensor Tensor::unary(Op op) const {
   DType c = compute_dtype(dtype());
-  return Tensor(UOp::make(op, c, {cast(c).uop()}), shape()).cast(dtype());
+  if (c == dtype()) return derived(UOp::make(op, c, detail::sources(uop())), shape());
+  return derived(UOp::make(op, c, {cast(c).uop()}), shape()).cast(dtype());
 }
 
 Tensor Tensor::operator+(const Tensor& o) const { return binary(Op::ADD, o, "add"); }
@@ -175,17 +221,18 @@ Tensor Tensor::eq(const Tensor& o) const { return binary(Op::CMPEQ, o, "eq"); }
 Tensor Tensor::ne(const Tensor& o) const { return binary(Op::CMPNE, o, "ne"); }
 
 Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
-  if (device() != a.device() || device() != b.device())
+  if (device_uop() != a.device_uop() || device_uop() != b.device_uop())
     throw Error(kiln::cat("where: operands are on different devices (", device(), ", ", a.device(), ", ", b.device(), "); move them with to()"));
-  Shape out = broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
+  Shape out = shape() == a.shape() && shape() == b.shape() ? shape()
+              : broadcast_shapes(broadcast_shapes(shape(), a.shape(), "where"), b.shape(), "where");
   DType d = detail::result_type(a, b);
-  Tensor c = cast(dtypes::bool_).expand(out);
-  return Tensor(UOp::make(Op::WHERE, d, {c.uop(), a.cast(d).expand(out).uop(), b.cast(d).expand(out).uop()}), out);
+  UOpPtr cond = operand(*this, dtypes::bool_, dtypes::bool_, out);
+  return derived(UOp::make(Op::WHERE, d, detail::sources(std::move(cond), operand(a, d, d, out), operand(b, d, d, out))), out);
 }
 
 Tensor Tensor::cast(DType d) const {
   if (d == dtype()) return *this;
-  return Tensor(UOp::make(Op::CAST, d, {uop()}), shape());
+  return derived(UOp::make(Op::CAST, d, detail::sources(uop())), shape());
 }
 
 Tensor Tensor::exp2() const { return cast(to_floating(dtype())).unary(Op::EXP2); }
@@ -202,7 +249,7 @@ Tensor Tensor::exp() const { return in_float([](const Tensor& x) { return (x * (
 Tensor Tensor::log() const { return in_float([](const Tensor& x) { return x.log2() * std::numbers::ln2; }); }
 // where(x <= 0, 0, x) rather than max(x, 0): NaN passes through, and the gradient at 0 is 0, as in PyTorch.
 Tensor Tensor::relu() const {
-  Tensor zero = zeros(shape(), dtype(), device());
+  Tensor zero = constant(0.0, dtype(), shape(), device_uop());
   return le(zero).where(zero, *this);
 }
 Tensor Tensor::sigmoid() const { return in_float([](const Tensor& x) { return ((-x).exp() + 1.0).reciprocal(); }); }
@@ -238,7 +285,7 @@ Tensor Tensor::reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char
     throw Error(kiln::cat(name, ": cannot reduce an empty tensor of shape ", shape_str(shape()), " (no identity for ", name, ")"));
   Tensor out = kiln::numel(kept) == 1 && numel() >= kSplitReduceAbove
                    ? x.split_reduce(op).reshape(kept)
-                   : Tensor(UOp::make(Op::REDUCE_AXIS, x.dtype(), {x.uop()}, ReduceArg{op, axes}), kept);
+                   : derived(UOp::make(Op::REDUCE_AXIS, x.dtype(), {x.uop()}, ReduceArg{op, axes}), kept);
   return keepdim ? out : out.reshape(dropped);
 }
 
@@ -251,8 +298,8 @@ Tensor Tensor::split_reduce(Op op) const {
   if (!is_float(dtype()) && (op == Op::MAX || op == Op::MIN))
     identity = as_double(op == Op::MAX ? lowest(dtype()) : highest(dtype()));
   Tensor flat = reshape({n}).pad({{0, parts * per - n}}, identity).reshape({parts, per});
-  Tensor partial(UOp::make(Op::REDUCE_AXIS, dtype(), {flat.uop()}, ReduceArg{op, {1}}), {parts, 1});
-  return Tensor(UOp::make(Op::REDUCE_AXIS, dtype(), {partial.uop()}, ReduceArg{op, {0}}), {1, 1});
+  Tensor partial = derived(UOp::make(Op::REDUCE_AXIS, dtype(), {flat.uop()}, ReduceArg{op, {1}}), {parts, 1});
+  return derived(UOp::make(Op::REDUCE_AXIS, dtype(), {partial.uop()}, ReduceArg{op, {0}}), {1, 1});
 }
 
 Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return reduce(Op::ADD, std::move(axes), keepdim, "sum"); }
@@ -268,6 +315,7 @@ Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
 // --- movement --------------------------------------------------------------------------------
 
 Tensor Tensor::reshape(Shape new_shape) const {
+  if (new_shape == shape()) return *this;  // the common case, before any checking
   int64_t infer = -1, known = 1;
   for (size_t i = 0; i < new_shape.size(); ++i) {
     if (new_shape[i] == -1) {
@@ -288,7 +336,7 @@ Tensor Tensor::reshape(Shape new_shape) const {
     throw Error(kiln::cat("reshape: shape ", shape_str(shape()), " (", numel(), " elements) cannot become ", shape_str(new_shape), " (",
                     kiln::numel(new_shape), " elements)"));
   if (new_shape == shape()) return *this;
-  return Tensor(movement(Op::RESHAPE, uop(), new_shape), new_shape);
+  return derived(movement(Op::RESHAPE, uop(), new_shape), new_shape);
 }
 
 Tensor Tensor::permute(std::vector<int64_t> order) const {
@@ -305,7 +353,7 @@ Tensor Tensor::permute(std::vector<int64_t> order) const {
   bool identity = true;
   for (size_t i = 0; i < order.size(); ++i) identity &= order[i] == static_cast<int64_t>(i);
   if (identity) return *this;
-  return Tensor(movement(Op::PERMUTE, uop(), order), out);
+  return derived(movement(Op::PERMUTE, uop(), order), std::move(out));
 }
 
 Tensor Tensor::transpose(int64_t a, int64_t b) const {
@@ -321,6 +369,7 @@ Tensor Tensor::transpose(int64_t a, int64_t b) const {
 }
 
 Tensor Tensor::expand(Shape new_shape) const {
+  if (new_shape == shape()) return *this;  // the common case, before any checking
   if (new_shape.size() < shape().size())
     throw Error(kiln::cat("expand: cannot expand shape ", shape_str(shape()), " to fewer dimensions ", shape_str(new_shape)));
   Shape padded(new_shape.size() - shape().size(), 1);
@@ -334,7 +383,7 @@ Tensor Tensor::expand(Shape new_shape) const {
   }
   Tensor x = reshape(padded);
   if (new_shape == padded) return x;
-  return Tensor(movement(Op::EXPAND, x.uop(), new_shape), new_shape);
+  return derived(movement(Op::EXPAND, x.uop(), new_shape), new_shape);
 }
 
 Tensor Tensor::pad(Pairs padding, double value) const {
@@ -349,11 +398,11 @@ Tensor Tensor::pad(Pairs padding, double value) const {
     any |= padding[i].first != 0 || padding[i].second != 0;
   }
   if (!any) return *this;
-  Tensor padded(movement(Op::PAD, uop(), padding), out);
+  Tensor padded = derived(movement(Op::PAD, uop(), padding), out);
   if (value == 0.0) return padded;
   // Non-zero padding: pad a mask of ones the same way and fill where it is 0.
-  Tensor mask(movement(Op::PAD, ones(shape(), dtypes::bool_, device()).uop(), padding), out);
-  return mask.where(padded, full(out, value, dtype(), device()));
+  Tensor mask = derived(movement(Op::PAD, constant(true, dtypes::bool_, shape(), device_uop()).uop(), padding), out);
+  return mask.where(padded, constant(value, dtype(), out, device_uop()));
 }
 
 Tensor Tensor::shrink(Pairs bounds) const {
@@ -369,7 +418,7 @@ Tensor Tensor::shrink(Pairs bounds) const {
     identity &= b == 0 && e == shape()[i];
   }
   if (identity) return *this;
-  return Tensor(movement(Op::SHRINK, uop(), bounds), out);
+  return derived(movement(Op::SHRINK, uop(), bounds), std::move(out));
 }
 
 Tensor Tensor::flip(std::vector<int64_t> axes) const {
@@ -380,10 +429,10 @@ Tensor Tensor::flip(std::vector<int64_t> axes) const {
   std::vector<int64_t> flags(shape().size(), 0);
   for (int64_t a : axes) flags[static_cast<size_t>(normalize_axis(a, ndim(), "flip"))] ^= 1;
   if (std::all_of(flags.begin(), flags.end(), [](int64_t f) { return f == 0; })) return *this;
-  return Tensor(movement(Op::FLIP, uop(), flags), shape());
+  return derived(movement(Op::FLIP, uop(), flags), shape());
 }
 
-Tensor Tensor::contiguous() const { return Tensor(UOp::make(Op::CONTIGUOUS, dtype(), {uop()}), shape()); }
+Tensor Tensor::contiguous() const { return derived(UOp::make(Op::CONTIGUOUS, dtype(), {uop()}), shape()); }
 
 // --- running -----------------------------------------------------------------------------------
 

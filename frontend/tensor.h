@@ -193,7 +193,7 @@ class Tensor {
   struct State {
     UOpPtr uop;
     Shape shape;
-    std::string device;  // found on first use (device_of walks the graph), then kept
+    UOpPtr device;  // the DEVICE node: given by the op that made the tensor, else found on first use
     // autograd: a leaf's flag and gradient; the graph a realized non-leaf was computed by (so
     // backward still works after realize); a leaf's value before its last realize or assign.
     bool requires_grad = false;
@@ -203,6 +203,13 @@ class Tensor {
   friend struct Autograd;
   std::shared_ptr<State> state_;
 
+  Tensor(UOpPtr uop, Shape shape, UOpPtr device);
+  // A tensor computed from this one (and operands on the same device): it lives on this device.
+  Tensor derived(UOpPtr uop, Shape shape) const { return Tensor(std::move(uop), std::move(shape), device_uop()); }
+  const UOpPtr& device_uop() const;
+  // A tensor of `shape` filled with v (exactly: no trip through double, unlike full). Every scalar
+  // operand makes one, so it builds its nodes (CONST, RESHAPE, EXPAND) without intermediate tensors.
+  static Tensor constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr device);
   Tensor unary(Op op) const;
   Tensor binary(Op op, const Tensor& other, const char* name) const;
   Tensor shift(Op op, int64_t bits, const char* name) const;

@@ -109,7 +109,7 @@ Tensor Tensor::bitcast(DType d) const {
     throw Error(kiln::cat("bitcast: ", dtype().name(), " (", dtype().itemsize(), " bytes) and ", d.name(), " (", d.itemsize(),
                     " bytes) differ in size; bitcast needs equal sizes"));
   if (d == dtype()) return *this;
-  return Tensor(UOp::make(Op::BITCAST, d, {uop()}), shape());
+  return derived(UOp::make(Op::BITCAST, d, {uop()}), shape());
 }
 
 namespace {
@@ -296,7 +296,7 @@ Tensor Tensor::bitwise_xor(const Tensor& o) const { return bitwise(Op::XOR, o, "
 Tensor Tensor::bitwise_not() const {
   require_integer(*this, "bitwise_not");
   if (is_bool(dtype())) return logical_not();
-  return bitwise_xor(detail::constant(int64_t{-1}, dtype(), shape(), device()));
+  return bitwise_xor(constant(int64_t{-1}, dtype(), shape(), device_uop()));
 }
 
 Tensor Tensor::shift(Op op, int64_t bits, const char* name) const {

@@ -209,7 +209,7 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
 Tensor Tensor::to(const std::string& device_name) const {
   UOpPtr dst = device_node(device_name);
   if (dst->arg_as<std::string>() == device()) return *this;
-  return Tensor(UOp::make(Op::COPY, dtype(), {uop(), dst}), shape());
+  return Tensor(UOp::make(Op::COPY, dtype(), {uop(), dst}), shape(), dst);
 }
 
 }  // namespace kiln

@@ -8,11 +8,6 @@ namespace kiln {
 
 namespace {
 
-uint64_t hash_dtype(DType d) {
-  return hash_combine(hash_combine(static_cast<uint64_t>(d.scalar), d.count),
-                      (d.is_ptr ? 2u : 0u) + static_cast<uint64_t>(d.addr) * 4);
-}
-
 // The BUFFER holding an input's value and the DEVICE it lives on.
 const UOpPtr& device_of_buffer(const UOpPtr& buffer) { return buffer->src[0]; }
 
@@ -21,7 +16,6 @@ const UOpPtr& device_of_buffer(const UOpPtr& buffer) { return buffer->src[0]; }
 // One walk of the graph above its inputs, in the order both sides of a comparison use.
 struct Walk {
   std::vector<const UOp*> order;                   // every node once, sources before users
-  std::unordered_map<const UOp*, uint32_t> index;  // position in order
   std::vector<uint32_t> src_begin;                 // per node: where its sources start in src_index
   std::vector<uint32_t> src_index;                 // positions of the sources, node after node
   std::vector<int32_t> input_of;                   // per node: its input slot, or -1
@@ -75,42 +69,81 @@ struct ScheduleCache::Entry {
 
 namespace {
 
+// Each node's position in a walk. The walk runs on every realize, cache hits included, where
+// std::unordered_map's allocation and modulo per node were most of its cost: this is open addressing
+// over a power-of-two table, insert-only. (Addresses only pick slots here; nothing persists.)
+class NodeIndex {
+ public:
+  static constexpr uint32_t kAbsent = UINT32_MAX;
+
+  uint32_t find(const UOp* u) const {
+    for (size_t i = home(u);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].node == u) return slots_[i].at;
+      if (slots_[i].node == nullptr) return kAbsent;
+    }
+  }
+  void insert(const UOp* u, uint32_t at) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    size_t i = home(u);
+    while (slots_[i].node != nullptr) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = {u, at};
+    ++size_;
+  }
+
+ private:
+  struct Slot {
+    const UOp* node = nullptr;
+    uint32_t at = 0;
+  };
+  size_t home(const UOp* u) const { return hash_mix(reinterpret_cast<uintptr_t>(u)) & (slots_.size() - 1); }
+  void grow() {
+    std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(slots_.size() * 2));
+    size_ = 0;
+    for (const Slot& s : old)
+      if (s.node != nullptr) insert(s.node, s.at);
+  }
+  std::vector<Slot> slots_ = std::vector<Slot>(512);
+  size_t size_ = 0;
+};
+
 // Iterative post-order walk that stops at the scheduler's leaves (a BUFFER, or a node realized earlier):
 // graphs can be long chains, and this runs on the caller's ordinary stack.
 Walk walk_graph(const std::vector<UOpPtr>& outputs, const RealizedLookup& realized) {
   Walk w;
+  NodeIndex index;  // position in w.order
   std::optional<ShapeCache> shapes;  // only realized inputs need one: a BUFFER's shape is its size
   auto append = [&](const UOp* u, int32_t input, uint64_t h) {
-    w.index.emplace(u, static_cast<uint32_t>(w.order.size()));
+    index.insert(u, static_cast<uint32_t>(w.order.size()));
     w.order.push_back(u);
     w.input_of.push_back(input);
-    w.hash = hash_combine(w.hash, h);
+    w.hash = hash_fold(w.hash, h);
   };
   // An input records its BUFFER, shape and device; its slot is its order of first appearance.
   auto add_input = [&](const UOpPtr& u, UOpPtr buffer) {
     Shape shape = u->op == Op::BUFFER ? Shape{std::get<BufferArg>(u->arg).size} : (shapes ? *shapes : shapes.emplace())(u);
-    uint64_t h = hash_combine(hash_dtype(u->dtype), device_of_buffer(buffer)->hash());
-    for (int64_t d : shape) h = hash_combine(h, static_cast<uint64_t>(d));
+    uint64_t h = hash_fold(hash_dtype(u->dtype), device_of_buffer(buffer)->hash());
+    for (int64_t d : shape) h = hash_fold(h, static_cast<uint64_t>(d));
     int32_t slot = static_cast<int32_t>(w.input_buffers.size());
     w.input_buffers.push_back(std::move(buffer));
     w.input_shapes.push_back(std::move(shape));
     w.src_begin.push_back(static_cast<uint32_t>(w.src_index.size()));
-    append(u.get(), slot, hash_combine(h, static_cast<uint64_t>(slot)));
+    append(u.get(), slot, hash_fold(h, static_cast<uint64_t>(slot)));
   };
   auto add_node = [&](const UOpPtr& u) {
-    uint64_t h = hash_combine(hash_combine(static_cast<uint64_t>(u->op), hash_dtype(u->dtype)), arg_hash(u->arg));
+    uint64_t h = hash_fold(hash_dtype(u->dtype), static_cast<uint64_t>(u->op));
+    if (!std::holds_alternative<std::monostate>(u->arg)) h = hash_fold(h, arg_hash(u->arg));
     w.src_begin.push_back(static_cast<uint32_t>(w.src_index.size()));
     for (const UOpPtr& s : u->src) {
-      uint32_t at = w.index.at(s.get());
+      uint32_t at = index.find(s.get());
       w.src_index.push_back(at);
-      h = hash_combine(h, at);
+      h = hash_fold(h, at);
     }
     append(u.get(), -1, h);
   };
   // (node, 0) is not visited yet; (node, k > 0): sources before k-1 are done.
   std::vector<std::pair<const UOpPtr*, size_t>> stack;
   for (const UOpPtr& out : outputs) {
-    if (!w.index.count(out.get())) stack.push_back({&out, 0});
+    if (index.find(out.get()) == NodeIndex::kAbsent) stack.push_back({&out, 0});
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
       const UOpPtr& u = *node;
@@ -123,14 +156,14 @@ Walk walk_graph(const std::vector<UOpPtr>& outputs, const RealizedLookup& realiz
       }
       if (next - 1 < u->src.size()) {
         const UOpPtr& s = u->src[next - 1];
-        if (!w.index.count(s.get())) stack.push_back({&s, 0});
+        if (index.find(s.get()) == NodeIndex::kAbsent) stack.push_back({&s, 0});
         continue;
       }
       add_node(u);
       stack.pop_back();
     }
-    w.outputs.push_back(w.index.at(out.get()));
-    w.hash = hash_combine(w.hash, w.outputs.back());
+    w.outputs.push_back(index.find(out.get()));
+    w.hash = hash_fold(w.hash, w.outputs.back());
   }
   w.src_begin.push_back(static_cast<uint32_t>(w.src_index.size()));
   return w;

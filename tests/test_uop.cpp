@@ -57,6 +57,29 @@ TEST_CASE("dead nodes leave the interning table", "[uop]") {
   CHECK(live_uop_count() == before);
 }
 
+TEST_CASE("the interning table keeps finding nodes while many others come and go", "[uop]") {
+  // Enough nodes to grow the table several times, freed in an interleaved order, so that entries
+  // move when their neighbours leave: each survivor must still be the node an equal make() returns.
+  size_t before = live_uop_count();
+  std::vector<UOpPtr> nodes;
+  for (int64_t i = 0; i < 20000; ++i) nodes.push_back(const_int(i, dtypes::uint16));
+  for (size_t i = 0; i < nodes.size(); i += 3) nodes[i] = nullptr;
+  for (size_t i = 1; i < nodes.size(); i += 3) nodes[i] = nullptr;
+  CHECK(live_uop_count() == before + nodes.size() / 3);
+  for (size_t i = 2; i < nodes.size(); i += 3) REQUIRE(const_int(static_cast<int64_t>(i), dtypes::uint16) == nodes[i]);
+  nodes.clear();
+  CHECK(live_uop_count() == before);
+}
+
+TEST_CASE("freeing a long chain of nodes does not recurse per node", "[uop]") {
+  size_t before = live_uop_count();
+  {
+    UOpPtr x = var("chain_x", 0, 9);
+    for (int i = 0; i < 200000; ++i) x = x + 1;  // freed when x goes out of scope
+  }
+  CHECK(live_uop_count() == before);
+}
+
 TEST_CASE("interning is thread-safe: equal nodes built on many threads are one object", "[uop][threads]") {
   constexpr int kThreads = 8, kNodes = 400;
   std::vector<std::vector<UOpPtr>> built(kThreads);

@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "uop/error.h"
+#include "uop/hash.h"
 
 namespace kiln {
 
@@ -52,6 +53,12 @@ struct DType {
   size_t itemsize() const;  // bytes of scalar x count; a pointer is 8
   std::string name() const;  // "float32", "float32x4", "float32*", "float32x4*local"
 };
+
+// A stable hash of every field (uop/hash.h), one mix of them packed: hash-consing pays it per node.
+inline uint64_t hash_dtype(DType d) {
+  return hash_mix(static_cast<uint64_t>(d.scalar) | uint64_t{d.count} << 8 | uint64_t{d.is_ptr} << 24 |
+                  static_cast<uint64_t>(d.addr) << 32);
+}
 
 namespace dtypes {
 inline constexpr DType void_{ScalarType::Void};

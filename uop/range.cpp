@@ -90,7 +90,24 @@ std::pair<int64_t, int64_t> dtype_range(DType dtype) {
 }
 
 bool has_exact_range(DType dtype) {
-  return !dtype.is_ptr && (is_bool(dtype) || is_int(dtype)) && dtype.scalar != ScalarType::UInt64;
+  if (dtype.is_ptr) return false;
+  switch (dtype.scalar) {  // asked for every new node and its sources, so spelled out rather than via is_int
+    case ScalarType::Bool:
+    case ScalarType::Int8:
+    case ScalarType::Int16:
+    case ScalarType::Int32:
+    case ScalarType::Int64:
+    case ScalarType::UInt8:
+    case ScalarType::UInt16:
+    case ScalarType::UInt32: return true;
+    case ScalarType::UInt64:  // saturated at INT64_MAX: not exact
+    case ScalarType::Void:
+    case ScalarType::Float16:
+    case ScalarType::BFloat16:
+    case ScalarType::Float32:
+    case ScalarType::Float64: return false;
+  }
+  return false;
 }
 
 std::pair<int64_t, int64_t> compute_range(Op op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {

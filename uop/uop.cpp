@@ -15,20 +15,19 @@ namespace kiln {
 // --- args ---------------------------------------------------------------------------------------
 
 namespace {
-uint64_t hash_double(double d) { return hash_mix(std::bit_cast<uint64_t>(d)); }
 uint64_t hash_vec(const std::vector<int64_t>& v) {
   uint64_t h = hash_mix(v.size());
-  for (int64_t x : v) h = hash_combine(h, static_cast<uint64_t>(x));
+  for (int64_t x : v) h = hash_fold(h, static_cast<uint64_t>(x));
   return h;
 }
 uint64_t hash_const(const ConstValue& c) {
-  uint64_t payload = std::visit(
+  uint64_t bits = std::visit(
       [](auto x) -> uint64_t {
-        if constexpr (std::is_same_v<decltype(x), double>) return hash_double(x);
-        else return hash_mix(static_cast<uint64_t>(x));
+        if constexpr (std::is_same_v<decltype(x), double>) return std::bit_cast<uint64_t>(x);  // NaN by bits, 0 != -0
+        else return static_cast<uint64_t>(x);
       },
       c);
-  return hash_combine(c.index(), payload);
+  return hash_fold(c.index(), bits);
 }
 bool const_equal(const ConstValue& a, const ConstValue& b) {
   if (a.index() != b.index()) return false;
@@ -47,102 +46,134 @@ uint64_t arg_hash(const Arg& a) {
   struct Hasher {
     uint64_t operator()(std::monostate) const { return 0; }
     uint64_t operator()(const ConstValue& c) const { return hash_const(c); }
-    uint64_t operator()(int64_t x) const { return hash_mix(static_cast<uint64_t>(x)); }
-    uint64_t operator()(Op op) const { return hash_mix(static_cast<uint64_t>(op)); }
+    uint64_t operator()(int64_t x) const { return static_cast<uint64_t>(x); }
+    uint64_t operator()(Op op) const { return static_cast<uint64_t>(op); }
     uint64_t operator()(const std::string& s) const { return hash_string(s); }
     uint64_t operator()(const std::vector<int64_t>& v) const { return hash_vec(v); }
     uint64_t operator()(const Pairs& v) const {
       uint64_t h = hash_mix(v.size());
-      for (auto [x, y] : v) h = hash_combine(hash_combine(h, static_cast<uint64_t>(x)), static_cast<uint64_t>(y));
+      for (auto [x, y] : v) h = hash_fold(hash_fold(h, static_cast<uint64_t>(x)), static_cast<uint64_t>(y));
       return h;
     }
     uint64_t operator()(const VarArg& v) const {
-      return hash_combine(hash_combine(hash_string(v.name), static_cast<uint64_t>(v.min)), static_cast<uint64_t>(v.max));
+      return hash_fold(hash_fold(hash_string(v.name), static_cast<uint64_t>(v.min)), static_cast<uint64_t>(v.max));
     }
-    uint64_t operator()(const ReduceArg& r) const { return hash_combine(static_cast<uint64_t>(r.op), hash_vec(r.axes)); }
-    uint64_t operator()(const BufferArg& b) const { return hash_combine(static_cast<uint64_t>(b.id), static_cast<uint64_t>(b.size)); }
+    uint64_t operator()(const ReduceArg& r) const { return hash_fold(static_cast<uint64_t>(r.op), hash_vec(r.axes)); }
+    uint64_t operator()(const BufferArg& b) const { return hash_fold(static_cast<uint64_t>(b.id), static_cast<uint64_t>(b.size)); }
   };
-  return hash_combine(a.index(), std::visit(Hasher{}, a));
+  // Alternatives that are plain integers are mixed here, once, with the alternative's index.
+  return hash_fold(a.index(), std::visit(Hasher{}, a));
 }
 
 // --- the interning table ------------------------------------------------------------------------
 //
-// Sharded by hash so that threads building unrelated nodes rarely contend. Each entry keeps a raw
-// pointer (to compare fields under the shard lock) and a weak_ptr (to take a strong reference only
-// if the node is still alive). A node's deleter removes its entry under the same lock before freeing
-// it, so a raw pointer found in the table always points to a live object, possibly one whose count
-// already reached zero: then weak.lock() fails and a fresh node replaces the entry.
+// Sharded by hash so that threads building unrelated nodes rarely contend. Each shard is an
+// open-addressing set of plain node pointers (linear probing, no allocation per entry). A node is
+// made with make_shared (node and control block in one allocation) and its destructor removes its
+// entry under the shard lock before any field is destroyed, so a pointer found in the table always
+// points to a live object, possibly one whose count already reached zero: then weak_from_this().lock()
+// fails, the entry is dropped, and a fresh node takes its place (the dying node's destructor then
+// finds no entry of its own and has nothing to remove).
 
 struct UOpTable {
-  struct Entry {
-    const UOp* raw;
-    std::weak_ptr<const UOp> weak;
-  };
-  struct Shard {
+  class Shard {
+   public:
     std::mutex mu;
-    std::unordered_multimap<uint64_t, Entry> entries;
+
+    // The live node equal to (op, dtype, src, arg) with hash h, else a new one (called under mu).
+    UOpPtr find_or_add(uint64_t h, Op op, DType dtype, std::vector<UOpPtr>& src, Arg& arg) {
+      if (slots_.empty()) slots_.resize(16);
+      for (size_t i = home(h); slots_[i].node != nullptr; i = next(i)) {
+        if (slots_[i].hash != h || !same(*slots_[i].node, op, dtype, src, arg)) continue;
+        if (UOpPtr alive = slots_[i].node->weak_from_this().lock()) return alive;
+        erase_at(i);  // dying: its destructor will find no entry
+        break;
+      }
+      auto node = std::make_shared<const UOp>(UOp::Key(), op, dtype, std::move(src), std::move(arg), h);
+      if (2 * (size_ + 1) > slots_.size()) grow();
+      insert({h, node.get()});
+      return node;
+    }
+
+    void remove(const UOp* dying) {
+      if (slots_.empty()) return;
+      for (size_t i = home(dying->hash()); slots_[i].node != nullptr; i = next(i))
+        if (slots_[i].node == dying) return erase_at(i);
+    }
+
+    size_t size() const { return size_; }
+
+   private:
+    // The hash is kept beside the pointer so that probing never touches other nodes' memory.
+    struct Slot {
+      uint64_t hash = 0;
+      const UOp* node = nullptr;
+    };
+    static bool same(const UOp& u, Op op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
+      return u.op == op && u.dtype == dtype && u.src == src && arg_equal(u.arg, arg);
+    }
+    // The low bits chose the shard; the slot comes from the bits above them.
+    size_t home(uint64_t h) const { return static_cast<size_t>(h >> 6) & (slots_.size() - 1); }
+    size_t next(size_t i) const { return (i + 1) & (slots_.size() - 1); }
+
+    void insert(Slot s) {
+      size_t i = home(s.hash);
+      while (slots_[i].node != nullptr) i = next(i);
+      slots_[i] = s;
+      ++size_;
+    }
+    void grow() {
+      std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(slots_.size() * 2));
+      size_ = 0;
+      for (const Slot& s : old)
+        if (s.node != nullptr) insert(s);
+    }
+    // Backward-shift deletion: entries after the hole that may live there move up, so every entry
+    // stays reachable from its home slot without tombstones.
+    void erase_at(size_t hole) {
+      --size_;
+      for (size_t i = next(hole);; i = next(i)) {
+        slots_[hole] = Slot{};
+        for (;; i = next(i)) {
+          if (slots_[i].node == nullptr) return;
+          size_t want = home(slots_[i].hash);
+          bool stays = hole <= i ? (hole < want && want <= i) : (hole < want || want <= i);  // want in (hole, i]
+          if (!stays) break;
+        }
+        slots_[hole] = slots_[i];
+        hole = i;
+      }
+    }
+
+    std::vector<Slot> slots_;  // empty, or a power of two in size, at most half full
+    size_t size_ = 0;
   };
+
   static constexpr size_t kShards = 64;
   std::array<Shard, kShards> shards;
 
   Shard& shard_for(uint64_t hash) { return shards[hash % kShards]; }
 
-  static bool same(const UOp& u, Op op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
-    return u.op == op && u.dtype == dtype && u.src == src && arg_equal(u.arg, arg);
-  }
-
   UOpPtr intern(Op op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
-    uint64_t h = hash_combine(hash_combine(static_cast<uint64_t>(op), hash_string(dtype.name())), arg_hash(arg));
-    for (const UOpPtr& s : src) h = hash_combine(h, s->hash());
+    uint64_t h = hash_fold(hash_dtype(dtype), static_cast<uint64_t>(op));
+    if (!std::holds_alternative<std::monostate>(arg)) h = hash_fold(h, arg_hash(arg));
+    for (const UOpPtr& s : src) h = hash_fold(h, s->hash());
     Shard& shard = shard_for(h);
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto [first, last] = shard.entries.equal_range(h);
-    for (auto it = first; it != last; ++it) {
-      if (!same(*it->second.raw, op, dtype, src, arg)) continue;
-      if (UOpPtr alive = it->second.weak.lock()) return alive;
-      shard.entries.erase(it);  // dying: its deleter will find no entry and just free it
-      break;
-    }
-    UOpPtr node(new UOp(op, dtype, std::move(src), std::move(arg), h), [](const UOp* dying) { table().release(dying); });
-    shard.entries.emplace(h, Entry{node.get(), node});
-    return node;
+    return shard.find_or_add(h, op, dtype, src, arg);
   }
 
-  void release(const UOp* dying) {
-    {
-      Shard& shard = shard_for(dying->hash());
-      std::lock_guard<std::mutex> lock(shard.mu);
-      auto [first, last] = shard.entries.equal_range(dying->hash());
-      for (auto it = first; it != last; ++it) {
-        if (it->second.raw == dying) {
-          shard.entries.erase(it);
-          break;
-        }
-      }
-    }
-    // Freeing a node drops its sources, which may free them in turn: a long chain would recurse once
-    // per node and overflow the stack. Nested releases on this thread are queued instead, and the
-    // outermost release frees the queue in a loop. Deletion happens outside the shard lock.
-    thread_local std::vector<const UOp*>* pending = nullptr;
-    if (pending != nullptr) {
-      pending->push_back(dying);
-      return;
-    }
-    std::vector<const UOp*> queue{dying};
-    pending = &queue;
-    while (!queue.empty()) {
-      const UOp* next = queue.back();
-      queue.pop_back();
-      delete next;
-    }
-    pending = nullptr;
+  void remove(const UOp* dying) {
+    Shard& shard = shard_for(dying->hash());
+    std::lock_guard<std::mutex> lock(shard.mu);
+    shard.remove(dying);
   }
 
   size_t size() {
     size_t n = 0;
     for (Shard& shard : shards) {
       std::lock_guard<std::mutex> lock(shard.mu);
-      n += shard.entries.size();
+      n += shard.size();
     }
     return n;
   }
@@ -154,9 +185,29 @@ struct UOpTable {
   }
 };
 
-UOp::UOp(Op op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, uint64_t hash)
+UOp::UOp(Key, Op op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, uint64_t hash)
     : op(op_), dtype(dtype_), src(std::move(src_)), arg(std::move(arg_)), hash_(hash) {
   std::tie(vmin_, vmax_) = compute_range(op, dtype, src, arg);
+}
+
+UOp::~UOp() {
+  UOpTable::table().remove(this);
+  // Dropping the sources may free them in turn: a long chain would recurse once per node and overflow
+  // the stack. So the sources move to a per-thread queue, which the outermost destructor drains in a
+  // loop. (const does not apply to an object under destruction, so moving out of src is allowed.)
+  thread_local std::vector<UOpPtr> pending;
+  thread_local bool draining = false;
+  auto& sources = const_cast<std::vector<UOpPtr>&>(src);
+  for (UOpPtr& s : sources)
+    if (s.use_count() == 1) pending.push_back(std::move(s));  // only the last owner defers; others just decrement
+  if (draining) return;
+  draining = true;
+  while (!pending.empty()) {
+    UOpPtr last = std::move(pending.back());
+    pending.pop_back();
+    last.reset();  // may run nested destructors, which only append to pending
+  }
+  draining = false;
 }
 
 UOpPtr UOp::make(Op op, DType dtype, std::vector<UOpPtr> src, Arg arg) {

@@ -53,8 +53,16 @@ bool arg_equal(const Arg& a, const Arg& b);  // like ==, but doubles compare by 
 uint64_t arg_hash(const Arg& a);
 std::string arg_to_string(const Arg& a, DType dtype);
 
-class UOp {
+// enable_shared_from_this lets the interning table hold plain pointers and still hand out a strong
+// reference to a live node (or learn that it is dying) without a separate weak_ptr per entry.
+class UOp : public std::enable_shared_from_this<UOp> {
  public:
+  struct Key {  // only the interning table can make one, so only it constructs nodes
+   private:
+    friend struct UOpTable;
+    Key() = default;
+  };
+
   const Op op;
   const DType dtype;
   const std::vector<UOpPtr> src;
@@ -79,12 +87,12 @@ class UOp {
   UOpPtr with_src(std::vector<UOpPtr> new_src) const;
   UOpPtr with_dtype(DType new_dtype) const;
 
+  UOp(Key, Op op, DType dtype, std::vector<UOpPtr> src, Arg arg, uint64_t hash);
+  ~UOp();  // leaves the interning table; frees long chains of sources without recursing
   UOp(const UOp&) = delete;
   UOp& operator=(const UOp&) = delete;
 
  private:
-  friend struct UOpTable;
-  UOp(Op op, DType dtype, std::vector<UOpPtr> src, Arg arg, uint64_t hash);
   const uint64_t hash_;
   int64_t vmin_, vmax_;
 };
