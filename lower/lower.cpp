@@ -102,6 +102,11 @@ UOpPtr apply_upcast_opt(const UOpPtr& sink) {
   std::vector<UOpPtr> outputs = ranges_of(store->src[0]);
   if (outputs.empty()) return sink;
   UOpPtr out = sink;
+  // Transcendentals stay per lane in vector form (C has no vector exp2/log2/sin/sqrt), which costs
+  // more than it saves: such elementwise kernels keep their scalar loop, which clang vectorizes.
+  if (!reduces)
+    for (const UOpPtr& u : toposort(sink))
+      if (u->op == Op::EXP2 || u->op == Op::LOG2 || u->op == Op::SIN || u->op == Op::SQRT) return sink;
   const UOpPtr& last = outputs.back();
   int64_t size = last->end()->vmax(), lanes = vector_lanes(store->src[1]->dtype, size);
   bool vector = lanes != 0 && is_contiguous(store->src[0]->src[1], last) && (!reduces || loads_contiguously(sink, last));
