@@ -134,26 +134,34 @@ class Flatten : public Module {
   Tensor forward(const Tensor& x) override { return x.flatten(1); }
 };
 
-class MaxPool2d : public Module {
+// Max or average pooling over the last two axes; MaxPool2d and AvgPool2d pick which.
+class Pool2d : public Module {
+ public:
+  Tensor forward(const Tensor& x) override {
+    return max ? x.max_pool2d(kernel, stride, padding) : x.avg_pool2d(kernel, stride, padding);
+  }
+  std::array<int64_t, 2> kernel;
+  std::optional<std::array<int64_t, 2>> stride;
+  std::array<int64_t, 2> padding;
+  bool max;
+
+ protected:
+  Pool2d(bool max, std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding)
+      : kernel(kernel), stride(stride), padding(padding), max(max) {}
+};
+
+class MaxPool2d : public Pool2d {
  public:
   explicit MaxPool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
                      std::array<int64_t, 2> padding = {0, 0})
-      : kernel(kernel), stride(stride), padding(padding) {}
-  Tensor forward(const Tensor& x) override { return x.max_pool2d(kernel, stride, padding); }
-  std::array<int64_t, 2> kernel;
-  std::optional<std::array<int64_t, 2>> stride;
-  std::array<int64_t, 2> padding;
+      : Pool2d(true, kernel, stride, padding) {}
 };
 
-class AvgPool2d : public Module {
+class AvgPool2d : public Pool2d {
  public:
   explicit AvgPool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
                      std::array<int64_t, 2> padding = {0, 0})
-      : kernel(kernel), stride(stride), padding(padding) {}
-  Tensor forward(const Tensor& x) override { return x.avg_pool2d(kernel, stride, padding); }
-  std::array<int64_t, 2> kernel;
-  std::optional<std::array<int64_t, 2>> stride;
-  std::array<int64_t, 2> padding;
+      : Pool2d(false, kernel, stride, padding) {}
 };
 
 // softmax(q k^T / sqrt(d) + mask) v over the last two axes; `mask` is added (use -inf to block), or

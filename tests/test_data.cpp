@@ -17,24 +17,12 @@ using namespace kiln;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
+using test::TempDir;
+
 namespace {
 
 const std::string kFashion = "/usr/share/datasets/fashion-mnist/";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / cat("kiln_data_", getpid(), "_", counter++);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::vector<uint8_t>& bytes) const {
-    std::ofstream out(path / name, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    return (path / name).string();
-  }
-};
 
 void append_be(std::vector<uint8_t>& out, uint64_t value, int bytes) {
   for (int i = bytes - 1; i >= 0; --i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));

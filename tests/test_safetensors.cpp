@@ -13,24 +13,10 @@ using namespace kiln;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
+using test::TempDir;
+
 namespace {
 
-// A fresh folder, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / cat("kiln_safetensors_", getpid(), "_", counter++);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
 
 std::vector<uint8_t> read_all(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
