@@ -43,6 +43,9 @@ struct DeviceSpec {
   int64_t shared_bytes = 0;     // local/shared memory per workgroup
   int64_t max_buffer_bytes = INT64_MAX;  // largest single allocation (or binding)
   bool has_fp16 = false, has_fp64 = true;
+  // Bytes of one vector register the upcast heuristics aim at (64: AVX-512); 0: the language has no
+  // vector types kiln renders, so upcasts become scalar copies (a register tile) instead of vectors.
+  int64_t vector_bytes = 64;
 };
 
 // A device allocation. `handle` is the device's own: a host pointer on CPU, a cl_mem on OpenCL, ...

@@ -7,6 +7,7 @@
 #include "lower/linearize.h"
 #include "lower/upcast.h"
 #include "lower/renderers/cstyle.h"
+#include "lower/renderers/spirv.h"
 #include "uop/config.h"
 #include "uop/rewrite.h"
 #include "uop/serialize.h"
@@ -55,7 +56,7 @@ UOpPtr apply_thread_opt(const UOpPtr& sink, const DeviceSpec& spec, LaunchDims& 
 
 // Bytes of one vector register the heuristics aim at: AVX-512 on the CPUs kiln runs on. (A device
 // field would be the place once vector widths differ between devices.)
-constexpr int64_t kVectorBytes = 64;
+constexpr int64_t kVectorBytes = 64;  // TODO(opts): DeviceSpec::vector_bytes
 
 // The lanes of a vector of `element` that fill a register and divide the loop's `size`; 0 if none does.
 int64_t vector_lanes(DType element, int64_t size) {
@@ -146,8 +147,13 @@ LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec) {
   if (spec.lang == Language::UOps) {
     k.source = serialize_program(k.linear);  // the REF device interprets the linear program itself
   } else {
-    KILN_ASSERT(spec.lang == Language::C, "no renderer for ", spec.name, "'s language yet");
-    k.source = render_cstyle(c_language(), k.name, k.linear, k.num_buffers, k.vars);
+    switch (spec.lang) {
+      case Language::C: k.source = render_cstyle(c_language(), k.name, k.linear, k.num_buffers, k.vars); break;
+      case Language::OpenCL: k.source = render_cstyle(opencl_language(), k.name, k.linear, k.num_buffers, k.vars); break;
+      case Language::CUDA: k.source = render_cstyle(cuda_language(), k.name, k.linear, k.num_buffers, k.vars); break;
+      case Language::SPIRV: k.source = render_spirv(k.name, k.linear, k.num_buffers, k.vars); break;
+      case Language::UOps: break;
+    }
   }
   if (config().debug >= 4) std::cerr << k.source << "\n";
   return k;

@@ -12,7 +12,20 @@
 //   4. close loops       each store is closed over the ranges it runs in
 //   5. linearize         the DAG -> an ordered list with explicit loop nesting (linearize.h)
 //   6. render            the list -> source in the device's language (renderers/)
+//
+// What a linear program may hold beyond plain loops, for renderers and devices:
+//   SPECIAL(end) "gidx0"   CPU-style devices (DeviceSpec::max_local == 0): the launch index the device
+//                          splits over its threads; 0 <= gidx0 < end == LaunchDims::global[0].
+//   SPECIAL(end) "gidx<d>" GPU-style devices (max_local > 0): the workgroup id in dimension d = 0..2,
+//                          0 <= gidx<d> < end == LaunchDims::global[d] (the number of workgroups).
+//   SPECIAL(end) "lidx<d>" GPU-style devices: the work-item id inside its workgroup in dimension d,
+//                          0 <= lidx<d> < end == LaunchDims::local[d].
+//   DEFINE_LOCAL           (GPU-style) a workgroup-shared array: dtype ptr(element), arg the slot,
+//                          src[0] a CONST holding its number of elements.
+//   BARRIER                (GPU-style) every work-item of the workgroup waits here; shared-memory
+//                          writes before it are visible to reads after it.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +34,16 @@
 
 namespace kiln {
 
+enum class OptOp : uint8_t { UPCAST, UNROLL, LOCAL, GROUP, GROUPTOP, THREAD, PADTO, SWAP };
+
+// One loop transformation (lower/opts.h says what each does).
+struct Opt {
+  OptOp op;
+  int axis = 0;
+  int64_t amount = 0;  // SWAP: the other axis
+  bool operator==(const Opt&) const = default;
+};
+
 struct LoweredKernel {
   std::string name;                // e.g. "r_4096_4096"
   std::string source;
@@ -28,6 +51,7 @@ struct LoweredKernel {
   std::vector<UOpPtr> linear;      // the ordered program the source was rendered from
   size_t num_buffers = 0;
   std::vector<UOpPtr> vars;        // DEFINE_VARs, in the order launch() takes their values
+  std::vector<Opt> opts;           // the opts it was lowered with
 };
 
 LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec);

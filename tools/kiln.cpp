@@ -24,6 +24,10 @@
 #include "uop/error.h"
 
 namespace kiln {
+
+std::function<void()> setup_search(CLI::App& command);  // tools/search_cmd.cpp
+std::function<void()> setup_cache(CLI::App& command);   // tools/cache_cmd.cpp
+
 namespace {
 
 using Run = std::function<void()>;
@@ -120,13 +124,15 @@ Run setup_train(CLI::App& command) {
   return [o, what] { run_train(*o); };  // CLI11 writes into *what while parsing: keep it alive
 }
 
-// search and cache join this table as they are written.
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
       {"devices", "List every registered device: available or why not, and its spec", setup_devices},
       {"bench", "Time kiln on fixed workloads beside C/OpenMP and OpenBLAS references measured in the same run",
        setup_bench},
       {"train", "Train a model: `kiln train mnist` (a CNN on Fashion-MNIST; prints the test accuracy last)", setup_train},
+      {"search", "Tune a named workload's kernels with BEAM search and print default vs best (`kiln search --help`)",
+       setup_search},
+      {"cache", "The tuning cache: ls | clear | export FILE | import FILE | verify", setup_cache},
   };
   return list;
 }

@@ -12,6 +12,9 @@
 
 namespace kiln {
 
+const CStyleLanguage& opencl_language() { throw Error("the OpenCL C renderer is not implemented yet"); }
+const CStyleLanguage& cuda_language() { throw Error("the CUDA C renderer is not implemented yet"); }
+
 const CStyleLanguage& c_language() {
   static const CStyleLanguage lang = [] {
     CStyleLanguage c;

@@ -35,6 +35,8 @@ struct CStyleLanguage {
 };
 
 const CStyleLanguage& c_language();  // the CPU device's ABI (devices/cpu.h)
+const CStyleLanguage& opencl_language();  // OpenCL C 1.2 (devices/opencl.cpp)
+const CStyleLanguage& cuda_language();    // CUDA C for NVRTC (devices/cuda.cpp)
 
 std::string render_cstyle(const CStyleLanguage& lang, const std::string& name, const std::vector<UOpPtr>& linear,
                           size_t num_buffers, const std::vector<UOpPtr>& vars);

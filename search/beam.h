@@ -1,0 +1,2 @@
+// BEAM search over lower/opts.h (not written yet).
+#pragma once

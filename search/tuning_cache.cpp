@@ -1,0 +1,1 @@
+#include "search/tuning_cache.h"

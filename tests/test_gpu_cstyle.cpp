@@ -1,0 +1,2 @@
+// [gpu] tests (being written).
+#include <catch2/catch.hpp>

@@ -1,0 +1,2 @@
+// [opts] tests (being written).
+#include <catch2/catch.hpp>

@@ -1,0 +1,2 @@
+// [search] tests (being written).
+#include <catch2/catch.hpp>

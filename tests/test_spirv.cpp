@@ -1,0 +1,2 @@
+// [spirv] tests (being written).
+#include <catch2/catch.hpp>

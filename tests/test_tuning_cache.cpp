@@ -1,0 +1,2 @@
+// [cache] tests (being written).
+#include <catch2/catch.hpp>
