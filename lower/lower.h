@@ -54,6 +54,12 @@ struct LoweredKernel {
   std::vector<Opt> opts;           // the opts it was lowered with
 };
 
-LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec);
+LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec);  // with heuristic_opts (lower/opts.h)
+
+namespace detail {
+std::string kernel_name(const UOpPtr& ast);  // "E_4096_16", "r_4096_4096"
+// Steps 3-6 for a kernel whose opts are applied; k holds the name, dims and opts so far.
+LoweredKernel finish_lowering(UOpPtr sink, const DeviceSpec& spec, LoweredKernel k);
+}  // namespace detail
 
 }  // namespace kiln
