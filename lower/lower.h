@@ -22,8 +22,12 @@
 //                          0 <= lidx<d> < end == LaunchDims::local[d].
 //   DEFINE_LOCAL           (GPU-style) a workgroup-shared array: dtype ptr(element), arg the slot,
 //                          src[0] a CONST holding its number of elements.
-//   BARRIER                (GPU-style) every work-item of the workgroup waits here; shared-memory
-//                          writes before it are visible to reads after it.
+//   BARRIER(store...)      (GPU-style) every work-item of the workgroup waits here; shared-memory
+//                          writes before it are visible to reads after it. It is always at the top
+//                          level of the program (in no loop), so every work-item reaches it.
+//   LOAD(INDEX(local, i), BARRIER)  a shared-memory read ordered after the barrier (src[1] is not a gate).
+// GROUP/GROUPTOP (lower/opts.h) give: partial reduce -> STORE to DEFINE_LOCAL -> BARRIER -> a loop
+// reducing the partials -> STORE(..., gate lidx == 0).
 #pragma once
 #include <cstdint>
 #include <string>

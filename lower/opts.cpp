@@ -71,7 +71,7 @@ enum class AxisKind { Output, Reduce };
 struct Axis {
   UOpPtr range;            // the loop that is left of the axis (its size shrinks as opts take factors)
   AxisKind kind;
-  UOpPtr local = nullptr;  // LOCAL: the range that becomes a work-item id
+  UOpPtr local = nullptr;  // LOCAL, GROUP: the range that becomes a work-item id
   bool upcast = false, padded = false, split = false;
 };
 
@@ -227,6 +227,10 @@ class OptApplier {
       return std::nullopt;
     };
     int64_t n = o.amount == 0 && o.op != OptOp::THREAD && o.op != OptOp::SWAP ? size : o.amount;
+    // A GROUP fixed where each work-item's partial result lives in shared memory: more copies of the
+    // reduction (UPCAST) or more work-items (LOCAL) after it would collide there.
+    if (grouped_ && (o.op == OptOp::UPCAST || o.op == OptOp::LOCAL || o.op == OptOp::PADTO))
+      return reject(cat(opt_op_name(o.op), " comes before GROUP"));
     switch (o.op) {
       case OptOp::UPCAST: {
         if (!output) return reject("UPCAST takes an output axis; a reduce axis is unrolled with UNROLL");
@@ -302,9 +306,20 @@ class OptApplier {
         ++locals_;
         return std::nullopt;
       }
-      case OptOp::GROUP: case OptOp::GROUPTOP:
+      case OptOp::GROUP: case OptOp::GROUPTOP: {
         if (!is_gpu(spec_)) return reject(cat(spec_.name, " has no workgroups (GROUP is for GPU-style devices)"));
-        return reject("GROUP and GROUPTOP (shared-memory reductions) are not implemented yet");
+        if (output) return reject("GROUP takes a reduce axis (an output axis is spread over work-items with LOCAL)");
+        if (grouped_) return reject("one GROUP per kernel");
+        if (auto bad = factor(n)) return bad;
+        if (local_product_ * n > spec_.max_local) return reject(cat("more than ", spec_.max_local, " work-items per workgroup"));
+        if (locals_ == 3) return reject("three local axes already");
+        if (n > spec_.max_local_dims[0]) return reject(cat("more than ", spec_.max_local_dims[0], " work-items along one axis"));
+        if (auto bad = group_reduce(a, n, o.op == OptOp::GROUPTOP)) return reject(*bad);
+        local_product_ *= n;
+        ++locals_;
+        grouped_ = true;
+        return std::nullopt;
+      }
     }
     return reject("unknown opt");
   }
@@ -346,9 +361,8 @@ class OptApplier {
   std::optional<std::string> map_grid(LaunchDims& dims) {
     std::vector<UOpPtr> globals, locals;
     for (const Axis& a : axes_) {
-      if (a.kind != AxisKind::Output) continue;
-      if (a.range->end()->vmax() > 1) globals.push_back(a.range);
       if (a.local && a.local->end()->vmax() > 1) locals.push_back(a.local);
+      if (a.kind == AxisKind::Output && a.range->end()->vmax() > 1) globals.push_back(a.range);
     }
     // Innermost first.
     auto by_depth = [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() > b->axis_id(); };
@@ -390,6 +404,62 @@ class OptApplier {
     return std::nullopt;
   }
 
+  // GROUP/GROUPTOP: n work-items share the reduction over a's loop. Each reduces its part into a
+  // register, writes it to shared memory, waits at a barrier, and then reduces the n partial results;
+  // only work-item 0 of the group stores. GROUP gives each work-item a contiguous chunk
+  // (r = item*(size/n) + i), GROUPTOP interleaves them (r = i*n + item), which coalesces on GPUs.
+  std::optional<std::string> group_reduce(Axis& a, int64_t n, bool top) {
+    const UOpPtr& r = a.range;
+    DType t = r->dtype;
+    int64_t size = r->end()->vmax();
+    UOpPtr inner = range(r->axis_id(), const_int(size / n, t));
+    UOpPtr item = range(next_id_++, const_int(n, t));
+    UOpPtr at = top ? inner * const_int(n, t) + item : item * const_int(size / n, t) + inner;
+    // Where this work-item's partial goes: its group item, then the output work-item ids above it.
+    UOpPtr slot = item;
+    int64_t slots = n;
+    for (const Axis& other : axes_)
+      if (other.local) {
+        slot = slot + other.local * const_int(slots, t);
+        slots *= other.local->end()->vmax();
+      }
+    std::unordered_map<const UOp*, UOpPtr> replace;
+    int64_t shared = 0;
+    for (const UOpPtr& u : toposort(sink_)) {
+      if (u->op != Op::REDUCE || std::find(u->src.begin() + 1, u->src.end(), r) == u->src.end()) continue;
+      if (u->dtype.count != 1) return std::optional<std::string>("GROUP of a vectorized reduction is not supported");
+      Op op = u->arg_as<Op>();
+      std::vector<UOpPtr> src{graph_rewrite(substitute(u->src[0], {{r.get(), at}}), pm_symbolic())};
+      for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == r ? inner : u->src[j]);
+      UOpPtr partial = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+      UOpPtr local = UOp::make(Op::DEFINE_LOCAL, u->dtype.ptr(), {const_int(slots, dtypes::int64)}, next_local_++);
+      shared += slots * static_cast<int64_t>(u->dtype.itemsize());
+      UOpPtr write = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, local->dtype, {local, slot}), partial});
+      UOpPtr barrier = UOp::make(Op::BARRIER, dtypes::void_, {write});
+      UOpPtr j = range(next_id_++, const_int(n, t));
+      UOpPtr read_slot = graph_rewrite(substitute(slot, {{item.get(), j}}), pm_symbolic());
+      UOpPtr read = UOp::make(Op::LOAD, u->dtype, {UOp::make(Op::INDEX, local->dtype, {local, read_slot}), barrier});
+      replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, {read, j}, op);
+    }
+    if (shared_used_ + shared > spec_.shared_bytes)
+      return cat("the partial results need ", shared_used_ + shared, " bytes of shared memory; ", spec_.name, " has ",
+                 spec_.shared_bytes);
+    shared_used_ += shared;
+    UOpPtr s = substitute(sink_, replace);
+    // Every work-item of the group computes the same result: work-item 0 stores it (a second pass,
+    // as substitute() rebuilt the stores whose values changed).
+    replace.clear();
+    UOpPtr first = eq(item, const_int(0, t));
+    for (const UOpPtr& st : s->src)
+      if (st->op == Op::STORE)
+        replace[st.get()] = UOp::make(Op::STORE, st->dtype, {st->src[0], st->src[1], and_gate(st->src.size() == 3 ? st->src[2] : nullptr, first)}, st->arg);
+    sink_ = substitute(s, replace);
+    a.range = inner;
+    a.local = item;
+    a.split = true;
+    return std::nullopt;
+  }
+
   const DeviceSpec& spec_;
   UOpPtr sink_;
   std::vector<Axis> axes_;
@@ -397,7 +467,8 @@ class OptApplier {
   int64_t upcast_product_ = 1, local_product_ = 1;
   int locals_ = 0;
   int thread_axis_ = -1;
-  bool vectorized_ = false;
+  bool vectorized_ = false, grouped_ = false;
+  int64_t next_local_ = 0, shared_used_ = 0;
   std::vector<std::pair<int, int>> swaps_;
 };
 

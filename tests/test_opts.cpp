@@ -192,3 +192,50 @@ TEST_CASE("opts print and parse", "[opts]") {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A GPU-style spec for lowering only (no device runs it here; OPENCL and VULKAN run these kernels in
+// their conformance runs): the linear program must be well formed and the launch dims consistent.
+DeviceSpec fake_gpu_spec() {
+  DeviceSpec spec = get_device("REF").spec();
+  spec.max_local = 256;
+  spec.max_local_dims = {256, 256, 64};
+  spec.max_global_dims = {65535, 65535, 65535};
+  spec.shared_bytes = 16384;
+  spec.threads = 1;
+  spec.vector_bytes = 0;
+  return spec;
+}
+
+TEST_CASE("GPU-style lowering: LOCAL and GROUP map to work-item ids, shared memory and one barrier", "[opts]") {
+  DeviceSpec gpu = fake_gpu_spec();
+  for (auto& [name, item] : kernels()) {
+    INFO(name);
+    std::vector<Opt> opts = heuristic_opts(item.ast, gpu);
+    Lowering l = lower_with_opts(item.ast, gpu, opts);
+    INFO(to_string(opts) << " " << l.rejected);
+    REQUIRE(l.kernel);
+    for (const Opt& o : action_space(item.ast, gpu)) {
+      INFO(to_string(o));
+      std::vector<Opt> one{o};
+      Lowering k = lower_with_opts(item.ast, gpu, one);
+      REQUIRE(k.kernel);
+      int64_t locals = 1, barriers = 0, shared = 0;
+      for (const UOpPtr& u : k.kernel->linear) {
+        if (u->op == Op::SPECIAL && u->arg_as<std::string>().starts_with("lidx")) locals *= u->src[0]->vmax();
+        barriers += u->op == Op::BARRIER;
+        shared += u->op == Op::DEFINE_LOCAL;
+      }
+      CHECK(locals == k.kernel->dims.local[0] * k.kernel->dims.local[1] * k.kernel->dims.local[2]);
+      bool group = o.op == OptOp::GROUP || o.op == OptOp::GROUPTOP;
+      CHECK(barriers == (group ? 1 : 0));
+      CHECK((shared > 0) == group);
+      if (o.op == OptOp::LOCAL || group) CHECK(locals == o.amount);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
