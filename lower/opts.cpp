@@ -563,6 +563,14 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
   }
   if (is_gpu(spec)) {
     int64_t budget = std::min<int64_t>(spec.max_local, 256);
+    // Few outputs and a long reduction: work-items share each reduction (GROUPTOP below, interleaved
+    // so neighbouring work-items read neighbouring elements), leaving fewer for the outputs.
+    int64_t outs = 1;
+    for (int j : outputs) outs *= axes[j].range->end()->vmax();
+    int last_reduce = static_cast<int>(axes.size()) - 1;
+    bool group = reduces && sink->src.size() == 1 && axes[last_reduce].kind == AxisKind::Reduce && outs <= 16384 &&
+                 remaining[last_reduce] >= 64;
+    if (group) budget = std::min<int64_t>(budget, 16);
     for (size_t j = outputs.size(); j-- > 0 && budget > 1;) {
       int64_t n = pow2_divisor(remaining[outputs[j]], std::min<int64_t>({budget, j + 1 == outputs.size() ? 64 : budget,
                                                                            spec.max_local_dims[0]}));
@@ -571,6 +579,10 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       remaining[outputs[j]] /= n;
       budget /= n;
       if (opts.back().axis != outputs.back()) break;  // two local axes at most
+    }
+    if (group) {
+      int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({budget, 256, spec.max_local_dims[0]}));
+      if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
     }
   } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {
     opts.push_back({OptOp::THREAD, outputs.front(), 0});
