@@ -27,6 +27,7 @@ namespace kiln {
 
 std::function<void()> setup_search(CLI::App& command);  // tools/search_cmd.cpp
 std::function<void()> setup_cache(CLI::App& command);   // tools/cache_cmd.cpp
+void run_devices_check();                                // tools/devices_check.cpp
 
 namespace {
 
@@ -77,8 +78,11 @@ void print_spec(const DeviceSpec& spec) {
   field("float16 / float64", cat(spec.has_fp16 ? "yes" : "no", " / ", spec.has_fp64 ? "yes" : "no"));
 }
 
-Run setup_devices(CLI::App&) {
-  return [] {
+Run setup_devices(CLI::App& command) {
+  auto check = std::make_shared<bool>(false);
+  command.add_flag("--check", *check, "run a quick conformance check and a roofline probe (bandwidth, arithmetic, latency) on each available device, with a verdict");
+  return [check] {
+    if (*check) return run_devices_check();
     for (const DeviceStatus& status : probe_devices()) {
       if (!status.available) {
         std::cout << status.name << "  not available: " << status.reason << '\n';
