@@ -419,28 +419,28 @@ TEST_CASE("verify_entry re-runs an entry for a device here and skips or fails th
   TuningEntry entry = fake_entry(1);
   entry.opts.clear();
   entry.ast = ast_text(ast);
-  CHECK(verify_entry(key, entry).outcome == OptsCheck::Outcome::Match);
+  auto expect = [](const TuningKey& k, const TuningEntry& e, OptsCheck::Outcome want, const std::string& detail_part) {
+    OptsCheck c = verify_entry(k, e);
+    INFO(outcome_name(c.outcome) << ": " << c.detail);
+    CHECK(c.outcome == want);
+    CHECK(contains(c.detail, detail_part));
+  };
+  using O = OptsCheck::Outcome;
+  expect(key, entry, O::Match, "");
 
-  TuningKey elsewhere = key;
+  TuningKey elsewhere = key, unknown = key;
   elsewhere.device = "CPU x86-64-v2 gcc 4.8";
-  OptsCheck skipped = verify_entry(elsewhere, entry);
-  CHECK(skipped.outcome == OptsCheck::Outcome::Skipped);
-  CHECK(contains(skipped.detail, "x86-64-v2 gcc 4.8"));
-  TuningKey unknown = key;
   unknown.device = "TPU v9";
-  CHECK(verify_entry(unknown, entry).outcome == OptsCheck::Outcome::Skipped);
+  expect(elsewhere, entry, O::Skipped, "cached for \"CPU x86-64-v2 gcc 4.8\"");
+  expect(unknown, entry, O::Skipped, "no device named TPU");
 
-  TuningEntry no_ast = entry;
+  TuningEntry no_ast = entry, other_ast = entry, garbled = entry;
   no_ast.ast.clear();
-  CHECK(verify_entry(key, no_ast).outcome == OptsCheck::Outcome::Failed);
-  TuningEntry other_ast = entry;
   other_ast.ast = ast_text(scale_ast(16, 2.0));
-  OptsCheck edited = verify_entry(key, other_ast);
-  CHECK(edited.outcome == OptsCheck::Outcome::Failed);
-  CHECK(contains(edited.detail, "edited by hand"));
-  TuningEntry garbled = entry;
   garbled.ast = "kiln-uops 1\n0 NOT_AN_OP void [] -\n";
-  CHECK(verify_entry(key, garbled).outcome == OptsCheck::Outcome::Failed);
+  expect(key, no_ast, O::Failed, "holds no AST");
+  expect(key, other_ast, O::Failed, "edited by hand");
+  expect(key, garbled, O::Failed, "unknown op \"NOT_AN_OP\"");
 }
 
 }  // namespace

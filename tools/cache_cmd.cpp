@@ -60,6 +60,8 @@ std::string time_text(double seconds) {
   return out.str();
 }
 
+std::string count_text(size_t n, const char* one, const char* many) { return cat(n, " ", n == 1 ? one : many); }
+
 struct FolderSize {
   size_t files = 0;
   uintmax_t bytes = 0;
@@ -93,7 +95,7 @@ std::vector<fs::path> set_aside_files(const TuningCache& cache) {
 void list() {
   TuningCache cache;
   auto entries = cache.entries();
-  std::cout << "tuning cache " << cache.file() << ": " << entries.size() << (entries.size() == 1 ? " entry" : " entries") << '\n';
+  std::cout << "tuning cache " << cache.file() << ": " << count_text(entries.size(), "entry", "entries") << '\n';
   for (const auto& [key, entry] : entries) {
     std::string opts = entry.opts.empty() ? "(default opts)" : to_string(entry.opts);
     std::string speedup = entry.best_seconds > 0 ? cat(std::setprecision(3), entry.default_seconds / entry.best_seconds, "x") : "-";
@@ -107,7 +109,7 @@ void list() {
   for (const BinaryCache& b : kBinaryCaches) {
     fs::path dir = fs::path(config().cache_dir) / b.folder;
     FolderSize size = folder_size(dir);
-    std::cout << "  " << dir << ": " << size.files << " files, " << size_text(size.bytes) << " (" << b.holds << ")\n";
+    std::cout << "  " << dir << ": " << count_text(size.files, "file", "files") << ", " << size_text(size.bytes) << " (" << b.holds << ")\n";
   }
   print_warnings(cache);
 }
@@ -119,14 +121,14 @@ void clear() {
   size_t n = cache.clear();
   if (!existed) std::cout << "no tuning cache at " << cache.file() << '\n';
   else if (set_aside_files(cache).size() > set_aside) std::cout << "set aside " << cache.file() << ": not a valid tuning cache (see the warning)\n";
-  else std::cout << "removed " << cache.file() << " (" << n << " tuning entries)\n";
+  else std::cout << "removed " << cache.file() << " (" << count_text(n, "tuning entry", "tuning entries") << ")\n";
   for (const BinaryCache& b : kBinaryCaches) {
     fs::path dir = fs::path(config().cache_dir) / b.folder;
     FolderSize size = folder_size(dir);
     std::error_code ec;
     fs::remove_all(dir, ec);
     if (ec) throw Error(cat("kiln cache clear: cannot remove ", dir, ": ", ec.message()));
-    std::cout << "removed " << dir << ": " << size.files << " files, " << size_text(size.bytes) << " (" << b.holds << ")\n";
+    std::cout << "removed " << dir << ": " << count_text(size.files, "file", "files") << ", " << size_text(size.bytes) << " (" << b.holds << ")\n";
   }
   print_warnings(cache);
 }
@@ -134,7 +136,7 @@ void clear() {
 void export_to(const std::string& file) {
   TuningCache cache;
   size_t n = cache.export_to(file);
-  std::cout << "exported " << n << " tuning entries from " << cache.file() << " to " << fs::path(file) << '\n';
+  std::cout << "exported " << count_text(n, "tuning entry", "tuning entries") << " from " << cache.file() << " to " << fs::path(file) << '\n';
   print_warnings(cache);
 }
 
@@ -161,7 +163,7 @@ void verify() {
     std::cout << '\n';
   }
   using O = OptsCheck::Outcome;
-  std::cout << "verified " << entries.size() << " entries: " << counts[O::Match] << " ok, " << counts[O::Mismatch]
+  std::cout << "verified " << count_text(entries.size(), "entry", "entries") << ": " << counts[O::Match] << " ok, " << counts[O::Mismatch]
             << " mismatched, " << counts[O::CouldNotApply] << " could not apply, " << counts[O::Skipped]
             << " skipped (device not here), " << counts[O::Failed] << " failed\n";
   print_warnings(cache);
