@@ -216,7 +216,9 @@ std::string ast_text(const UOpPtr& ast) { return serialize_program(toposort(ast)
 UOpPtr parse_ast_text(const std::string& text) {
   std::vector<UOpPtr> nodes = parse_program(text);
   if (nodes.empty()) throw Error("parse_ast_text: the text holds no nodes; expected ast_text() of a kernel AST");
-  return nodes.back();  // toposort puts the root last
+  if (nodes.back()->op != Op::SINK)  // toposort puts the root last
+    throw Error(cat("parse_ast_text: the root is ", op_name(nodes.back()->op), ", not SINK; expected ast_text() of a kernel AST"));
+  return nodes.back();
 }
 
 const char* renderer_name(Language lang) {

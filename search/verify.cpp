@@ -128,7 +128,9 @@ std::vector<std::vector<uint8_t>> run(Device& device, const LoweredKernel& k, co
 OptsCheck verify_opts(const UOpPtr& ast, Device& device, std::span<const Opt> opts, uint64_t seed, size_t max_buffer_bytes) {
   Lowering tuned = lower_with_opts(ast, device.spec(), opts);
   if (!tuned.kernel) return {OptsCheck::Outcome::CouldNotApply, tuned.rejected};
-  return compare_kernels(ast, device, lower_kernel(ast, device.spec()), *tuned.kernel, seed, max_buffer_bytes);
+  Lowering plain = lower_with_opts(ast, device.spec(), {});
+  KILN_ASSERT(plain.kernel.has_value(), "every kernel lowers with no opts: ", plain.rejected);
+  return compare_kernels(ast, device, *plain.kernel, *tuned.kernel, seed, max_buffer_bytes);
 }
 
 OptsCheck compare_kernels(const UOpPtr& ast, Device& device, const LoweredKernel& reference,

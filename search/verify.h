@@ -1,5 +1,5 @@
-// Checking a kernel's opts: the kernel lowered with them against the same kernel with the default opts
-// (lower_kernel's heuristics), run on the same device with the same random inputs. Search checks its
+// Checking a kernel's opts: the kernel lowered with them against the same kernel with the default (no
+// opts: plain loops, the most literal lowering), run on the same device with the same random inputs. Search checks its
 // winner this way; `kiln cache verify` re-checks cached winners.
 //
 //   OptsCheck c = verify_opts(ast, get_device("CPU"), entry.opts);

@@ -125,6 +125,7 @@ TEST_CASE("the stored AST text rebuilds the same AST", "[cache]") {
   CHECK(parse_ast_text(ast_text(ast)) == ast);
   CHECK_THROWS_AS(parse_ast_text("kiln-uops 1\n"), Error);
   CHECK_THROWS_AS(parse_ast_text("not an AST"), Error);
+  CHECK_THROWS_WITH(parse_ast_text(ast_text(const_int(3))), Catch::Contains("not SINK"));
 }
 
 // --- the file -------------------------------------------------------------------------------------
@@ -393,21 +394,40 @@ TEST_CASE("compare_kernels finds a wrong output and accepts one within the toler
   CHECK(close.outcome == OptsCheck::Outcome::Match);
 }
 
-TEST_CASE("verify_opts: the default opts match; explicit opts match or say why they do not apply", "[cache]") {
+// The one kernel of a 12x32 @ 32x16 matmul (a reduce with two output loops).
+UOpPtr matmul_ast() {
+  Tensor a = Tensor::from_vector(std::vector<float>(12 * 32, 1.f), {12, 32}, "CPU");
+  Tensor b = Tensor::from_vector(std::vector<float>(32 * 16, 1.f), {32, 16}, "CPU");
+  Schedule s = Tensor::schedule({a.matmul(b)});
+  REQUIRE(s.items.size() == 1);
+  return s.items[0].ast;
+}
+
+TEST_CASE("verify_opts: kernels with opts give the plain kernel's outputs; an opt that does not apply says why", "[cache]") {
+  using O = OptsCheck::Outcome;
   for (const char* name : {"CPU", "REF"}) {
-    INFO(name);
     Device& device = get_device(name);
-    UOpPtr ast = scheduled_ast();
-    CHECK(verify_opts(ast, device, {}).outcome == OptsCheck::Outcome::Match);
-    std::vector<Opt> opts = {Opt{OptOp::UNROLL, 1, 4}};
-    Lowering l = lower_with_opts(ast, device.spec(), opts);
-    OptsCheck c = verify_opts(ast, device, opts);
-    INFO(c.detail);
-    if (l.kernel) {
-      CHECK(c.outcome == OptsCheck::Outcome::Match);
-    } else {
-      CHECK(c.outcome == OptsCheck::Outcome::CouldNotApply);
-      CHECK(c.detail == l.rejected);
+    UOpPtr sum = scheduled_ast(), mm = matmul_ast();  // sum: axes 0 (4, output), 1 (16, reduce)
+    std::vector<std::pair<UOpPtr, std::vector<Opt>>> cases = {
+        {sum, {}},
+        {sum, {Opt{OptOp::UNROLL, 1, 4}}},
+        {sum, {Opt{OptOp::UPCAST, 0, 4}}},
+        {sum, {Opt{OptOp::UPCAST, 0, 2}, Opt{OptOp::UNROLL, 1, 8}}},
+        {sum, heuristic_opts(sum, device.spec())},
+        {mm, heuristic_opts(mm, device.spec())},
+        {mm, {Opt{OptOp::UPCAST, 0, 4}, Opt{OptOp::UPCAST, 1, 8}, Opt{OptOp::UNROLL, 2, 4}}},
+    };
+    for (const auto& [ast, opts] : cases) {
+      OptsCheck c = verify_opts(ast, device, opts);
+      INFO(name << " " << to_string(opts) << ": " << outcome_name(c.outcome) << " " << c.detail);
+      CHECK(c.outcome == O::Match);
+    }
+    for (std::vector<Opt> bad : {std::vector<Opt>{Opt{OptOp::UNROLL, 0, 4}}, std::vector<Opt>{Opt{OptOp::UPCAST, 0, 3}}}) {
+      OptsCheck c = verify_opts(sum, device, bad);
+      INFO(name << " " << to_string(bad) << ": " << outcome_name(c.outcome) << " " << c.detail);
+      CHECK(c.outcome == O::CouldNotApply);
+      CHECK_FALSE(c.detail.empty());
+      CHECK(c.detail == lower_with_opts(sum, device.spec(), bad).rejected);
     }
   }
 }
@@ -427,6 +447,9 @@ TEST_CASE("verify_entry re-runs an entry for a device here and skips or fails th
   };
   using O = OptsCheck::Outcome;
   expect(key, entry, O::Match, "");
+  TuningEntry tuned = entry;
+  tuned.opts = {Opt{OptOp::UPCAST, 0, 2}, Opt{OptOp::UNROLL, 1, 4}};
+  expect(key, tuned, O::Match, "");
 
   TuningKey elsewhere = key, unknown = key;
   elsewhere.device = "CPU x86-64-v2 gcc 4.8";
