@@ -221,21 +221,11 @@ UOpPtr parse_ast_text(const std::string& text) {
   return nodes.back();
 }
 
-const char* renderer_name(Language lang) {
-  switch (lang) {
-    case Language::C: return "C";
-    case Language::OpenCL: return "OpenCL C";
-    case Language::CUDA: return "CUDA C";
-    case Language::SPIRV: return "SPIR-V";
-    case Language::UOps: return "linear UOps";
-  }
-  return "?";
-}
-
-std::string device_fingerprint(const DeviceSpec& spec) { return cat(spec.name, " ", spec.arch, " ", spec.compiler); }
+// The thread count is in it: a kernel split over 2 cores may want other opts than over 16.
+std::string device_fingerprint(const DeviceSpec& spec) { return cat(spec.name, " ", spec.arch, " ", spec.compiler, " threads=", spec.threads); }
 
 TuningKey tuning_key(const UOpPtr& ast, const DeviceSpec& spec, const std::string& search_params) {
-  return TuningKey{hash_hex(hash_string(ast_text(ast))), device_fingerprint(spec), renderer_name(spec.lang),
+  return TuningKey{hash_hex(hash_string(ast_text(ast))), device_fingerprint(spec), language_name(spec.lang),
                    kActionSpaceVersion, search_params, kTuningCacheSchema};
 }
 

@@ -72,7 +72,6 @@ std::string ast_text(const UOpPtr& ast);
 UOpPtr parse_ast_text(const std::string& text);  // throws Error for text ast_text did not write
 
 std::string device_fingerprint(const DeviceSpec& spec);  // "CPU x86-64-v4 clang 14.0.6 -O2 ..."
-const char* renderer_name(Language lang);                // "C", "OpenCL C", ...
 
 // What import_from() did with each entry of the imported file.
 struct ImportReport {

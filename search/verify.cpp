@@ -189,9 +189,9 @@ OptsCheck verify_entry(const TuningKey& key, const TuningEntry& entry, uint64_t 
     return {Outcome::Skipped, cat(name, " is not available here: ", e.what())};
   }
   const DeviceSpec& spec = device->spec();
-  if (device_fingerprint(spec) != key.device || renderer_name(spec.lang) != key.renderer)
+  if (device_fingerprint(spec) != key.device || language_name(spec.lang) != key.renderer)
     return {Outcome::Skipped, cat("cached for \"", key.device, "\" (", key.renderer, "); here ", name, " is \"",
-                                  device_fingerprint(spec), "\" (", renderer_name(spec.lang), ")")};
+                                  device_fingerprint(spec), "\" (", language_name(spec.lang), ")")};
   if (entry.ast.empty()) return {Outcome::Failed, "the entry holds no AST (written by a kiln that did not store it)"};
   try {
     UOpPtr ast = parse_ast_text(entry.ast);

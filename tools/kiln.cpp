@@ -39,17 +39,6 @@ struct Command {
   Run (*setup)(CLI::App& command);  // adds the command's options; the returned Run may read them
 };
 
-const char* language_name(Language lang) {
-  switch (lang) {
-    case Language::C: return "C";
-    case Language::OpenCL: return "OpenCL C";
-    case Language::CUDA: return "CUDA C";
-    case Language::SPIRV: return "SPIR-V";
-    case Language::UOps: return "linear UOps";
-  }
-  return "?";
-}
-
 std::string dims_text(const std::array<int64_t, 3>& dims) {
   auto one = [](int64_t d) { return d == INT64_MAX ? std::string("any") : std::to_string(d); };
   return cat(one(dims[0]), " x ", one(dims[1]), " x ", one(dims[2]));
