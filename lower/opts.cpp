@@ -543,13 +543,30 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     while (lanes >= 2 && size % lanes != 0) lanes /= 2;
     bool vector = lanes >= 2 && vector_eligible(sink, r, lanes, spec);
     if (reduces && outputs.size() >= 2) {
-      for (size_t j = outputs.size() - 1; j-- > 0;) {
-        int64_t rows = remaining[outputs[j]];
-        int64_t amount = rows % 8 == 0 && rows >= 16 ? 8 : rows % 4 == 0 && rows >= 8 ? 4 : 0;
-        if (amount == 0 || !reused_along(sink, axes[outputs[j]].range)) continue;
-        opts.push_back({OptOp::UPCAST, outputs[j], amount});
-        remaining[outputs[j]] /= amount;
-        break;
+      // Best: rows along which every load that walks the vector axis stays put (B of a matmul along
+      // its rows, the image of a conv along its output channels), so each such load feeds a whole
+      // column of the tile; else any row axis some load stays put along.
+      auto rows_of = [&](bool strict) -> std::optional<int> {
+        for (size_t j = outputs.size() - 1; j-- > 0;) {
+          int64_t rows = remaining[outputs[j]];
+          if (!(rows % 8 == 0 && rows >= 16) && !(rows % 4 == 0 && rows >= 8)) continue;
+          const UOpPtr& rj = axes[outputs[j]].range;
+          if (!reused_along(sink, rj)) continue;
+          bool feeds = true;
+          for (const UOpPtr& u : toposort(sink))
+            if (strict && u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) != 0 &&
+                index_stride(u->src[0]->src[1], rj) != 0)
+              feeds = false;
+          if (feeds) return outputs[j];
+        }
+        return std::nullopt;
+      };
+      std::optional<int> row = rows_of(true);
+      if (!row) row = rows_of(false);
+      if (row) {
+        int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 ? 8 : 4;
+        opts.push_back({OptOp::UPCAST, *row, amount});
+        remaining[*row] /= amount;
       }
     }
     int64_t tile = vector ? lanes
