@@ -180,7 +180,7 @@ DType detail::result_type(const Tensor& a, const Tensor& b) {
   return category(zero.dtype()) > category(dim.dtype()) ? promote_types(dim.dtype(), zero.dtype()) : dim.dtype();
 }
 
-Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
+Tensor::Operands Tensor::operands(const Tensor& other, Op op, const char* name) const {
   if (device_uop() != other.device_uop())
     throw Error(kiln::cat(name, ": operands are on different devices (", device(), " and ", other.device(), "); move one with to()"));
   Shape out = shape() == other.shape() ? shape() : broadcast_shapes(shape(), other.shape(), name);
@@ -188,9 +188,14 @@ Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
   if (op == Op::FDIV) d = to_floating(d);  // (integer pow never gets here: tensor_math.cpp)
   DType c = compute_dtype(d);
   UOpPtr a = operand(*this, d, c, out), b = operand(other, d, c, out);
-  if (is_comparison(op)) return derived(UOp::make(op, dtypes::bool_, detail::sources(std::move(a), std::move(b))), std::move(out));
-  Tensor result = derived(UOp::make(op, c, detail::sources(std::move(a), std::move(b))), std::move(out));
-  if (c != d) return result.cast(d);
+  return {std::move(a), std::move(b), std::move(out), d, c};
+}
+
+Tensor Tensor::binary(Op op, const Tensor& other, const char* name) const {
+  Operands p = operands(other, op, name);
+  if (is_comparison(op)) return derived(UOp::make(op, dtypes::bool_, detail::sources(std::move(p.a), std::move(p.b))), std::move(p.shape));
+  Tensor result = derived(UOp::make(op, p.compute, detail::sources(std::move(p.a), std::move(p.b))), std::move(p.shape));
+  if (p.compute != p.result) return result.cast(p.result);
   return result;
 }
 

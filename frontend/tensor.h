@@ -211,6 +211,14 @@ class Tensor {
   // operand makes one, so it builds its nodes (CONST, RESHAPE, EXPAND) without intermediate tensors.
   static Tensor constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr device);
   Tensor unary(Op op) const;
+  // The two sides of an elementwise op: broadcast to one shape, cast to the result dtype and then to
+  // the dtype it is computed in (float32 for float16/bfloat16).
+  struct Operands {
+    UOpPtr a, b;
+    Shape shape;
+    DType result, compute;
+  };
+  Operands operands(const Tensor& other, Op op, const char* name) const;
   Tensor binary(Op op, const Tensor& other, const char* name) const;
   Tensor shift(Op op, int64_t bits, const char* name) const;
   Tensor bitwise(Op op, const Tensor& other, const char* name) const;  // integer/bool operands only

@@ -270,7 +270,15 @@ Tensor Tensor::clamp(double lo, double hi) const {
   return maximum(full_like(lo)).minimum(full_like(hi));
 }
 
-Tensor Tensor::le(const Tensor& o) const { return lt(o).logical_or(eq(o)); }
+// (a < b) | (a == b), exact for NaN. relu runs this in every layer, so the three nodes are made from one
+// broadcast and promotion, without the intermediate tensors of lt(o).logical_or(eq(o)) (whose graph,
+// DETACH wrappers under no_grad included, this is).
+Tensor Tensor::le(const Tensor& o) const {
+  Operands p = operands(o, Op::CMPLT, "le");
+  UOpPtr lt = detail::no_grad_wrap(UOp::make(Op::CMPLT, dtypes::bool_, detail::sources(p.a, p.b)));
+  UOpPtr eq = detail::no_grad_wrap(UOp::make(Op::CMPEQ, dtypes::bool_, detail::sources(std::move(p.a), std::move(p.b))));
+  return derived(UOp::make(Op::OR, dtypes::bool_, detail::sources(std::move(lt), std::move(eq))), std::move(p.shape));
+}
 Tensor Tensor::gt(const Tensor& o) const { return o.lt(*this); }
 Tensor Tensor::ge(const Tensor& o) const { return o.le(*this); }
 
