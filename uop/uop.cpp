@@ -4,7 +4,9 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "uop/hash.h"
@@ -76,9 +78,25 @@ uint64_t arg_hash(const Arg& a) {
 // finds no entry of its own and has nothing to remove).
 
 struct UOpTable {
+  // Every node made takes its shard's lock twice (made, destroyed): a 200-op graph rebuilt per call
+  // does so ~1000 times. Uncontended, this costs one atomic exchange to take and a plain store to
+  // release, where std::mutex pays a locked instruction both ways and a call into pthreads. Held only
+  // for a probe and at most one allocation, so a waiter spins and yields to the holder rather than sleep.
+  class ShardLock {
+   public:
+    void lock() {
+      while (locked_.exchange(true, std::memory_order_acquire))
+        while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+    void unlock() { locked_.store(false, std::memory_order_release); }
+
+   private:
+    std::atomic<bool> locked_{false};
+  };
+
   class Shard {
    public:
-    std::mutex mu;
+    ShardLock mu;
 
     // The live node equal to (op, dtype, src, arg) with hash h, else a new one (called under mu).
     UOpPtr find_or_add(uint64_t h, Op op, DType dtype, std::vector<UOpPtr>& src, Arg& arg) {
@@ -159,20 +177,20 @@ struct UOpTable {
     if (!std::holds_alternative<std::monostate>(arg)) h = hash_fold(h, arg_hash(arg));
     for (const UOpPtr& s : src) h = hash_fold(h, s->hash());
     Shard& shard = shard_for(h);
-    std::lock_guard<std::mutex> lock(shard.mu);
+    std::lock_guard<ShardLock> lock(shard.mu);
     return shard.find_or_add(h, op, dtype, src, arg);
   }
 
   void remove(const UOp* dying) {
     Shard& shard = shard_for(dying->hash());
-    std::lock_guard<std::mutex> lock(shard.mu);
+    std::lock_guard<ShardLock> lock(shard.mu);
     shard.remove(dying);
   }
 
   size_t size() {
     size_t n = 0;
     for (Shard& shard : shards) {
-      std::lock_guard<std::mutex> lock(shard.mu);
+      std::lock_guard<ShardLock> lock(shard.mu);
       n += shard.size();
     }
     return n;
