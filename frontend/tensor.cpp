@@ -114,7 +114,8 @@ Tensor Tensor::constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr de
   v = cast_const(v, dtype);
   bool grad = grad_enabled();
   for (const RecentConstant& r : t_recent_constants) {
-    if (r.device != device.get() || r.dtype != dtype || r.grad != grad || r.shape != shape || !arg_equal(r.value, v)) continue;
+    // The value first: the entries mostly differ there, and share the shape.
+    if (!const_equal(r.value, v) || r.dtype != dtype || r.device != device.get() || r.grad != grad || r.shape != shape) continue;
     if (UOpPtr u = r.node.lock()) return Tensor(std::move(u), shape, std::move(device));
   }
   // The nodes (and DETACH wrappers under no_grad) that Tensor(CONST).reshape(ones).expand(shape) makes.

@@ -31,12 +31,13 @@ uint64_t hash_const(const ConstValue& c) {
       c);
   return hash_fold(c.index(), bits);
 }
+}  // namespace
+
 bool const_equal(const ConstValue& a, const ConstValue& b) {
   if (a.index() != b.index()) return false;
   if (const double* x = std::get_if<double>(&a)) return std::bit_cast<uint64_t>(*x) == std::bit_cast<uint64_t>(std::get<double>(b));
   return a == b;
 }
-}  // namespace
 
 bool arg_equal(const Arg& a, const Arg& b) {
   if (a.index() != b.index()) return false;

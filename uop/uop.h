@@ -50,6 +50,7 @@ using Arg = std::variant<std::monostate, ConstValue, int64_t, Op, std::string, s
                          VarArg, ReduceArg, BufferArg>;
 
 bool arg_equal(const Arg& a, const Arg& b);  // like ==, but doubles compare by bits (NaN == NaN, 0 != -0)
+bool const_equal(const ConstValue& a, const ConstValue& b);  // the same, for a CONST's value
 uint64_t arg_hash(const Arg& a);
 std::string arg_to_string(const Arg& a, DType dtype);
 
