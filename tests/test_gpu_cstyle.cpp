@@ -274,6 +274,32 @@ TEST_CASE("gpu devices: hand-built kernels with launch indices, shared memory an
   }
 }
 
+TEST_CASE("gpu devices: long reductions take the shared-memory path (GROUPTOP) and match the host", "[gpu]") {
+  for (Device* device : gpu_devices()) {
+    const std::string name = device->spec().name;
+    INFO(name);
+    for (int64_t n : {int64_t{8192}, int64_t{100000}}) {
+      std::vector<float> values(size_t(3 * n));
+      std::vector<float> sums(3, 0.0f), maxes(3, -1e30f);
+      for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = float(int64_t(i * 7919 % 2001) - 1000);  // integers: every summation order is exact
+        sums[i / size_t(n)] += values[i];
+        maxes[i / size_t(n)] = std::max(maxes[i / size_t(n)], values[i]);
+      }
+      Tensor a = Tensor::from_vector(values, {3, n}, name);
+      Tensor s = a.sum({1}), m = a.max({1});
+      bool shared = false;
+      for (const ScheduleItem& item : schedule_uops({s.uop()}).items) {
+        if (item.kind != ScheduleItem::Kind::Kernel) continue;
+        for (const UOpPtr& u : lower_kernel(item.ast, device->spec()).linear) shared |= u->op == Op::DEFINE_LOCAL;
+      }
+      CHECK(shared);
+      CHECK(s.to_vector<float>() == sums);
+      CHECK(m.to_vector<float>() == maxes);
+    }
+  }
+}
+
 TEST_CASE("gpu devices: the spec comes from the driver and asks for no vector types", "[gpu]") {
   for (Device* device : gpu_devices()) {
     const DeviceSpec& spec = device->spec();
