@@ -93,6 +93,7 @@ class KernelCache {
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<CompiledKernel>& entry = cache_[{&device, ast.get()}];
     if (entry) return *entry;
+    if (observer) observer(ast);
     auto compiled = std::make_unique<CompiledKernel>();
     compiled->ast = ast;
     compiled->lowered = lower_kernel(ast, device.spec());
@@ -110,6 +111,9 @@ class KernelCache {
   };
   std::mutex mu_;
   std::unordered_map<std::pair<const Device*, const UOp*>, std::unique_ptr<CompiledKernel>, KeyHash> cache_;
+
+ public:
+  std::function<void(const UOpPtr&)> observer;
 };
 
 KernelCache& kernel_cache() {
@@ -226,6 +230,8 @@ std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs) {
     if (outputs[i] != s.outputs[i]) realized_map().add(outputs[i], s.outputs[i]);
   return s.outputs;
 }
+
+void set_kernel_observer(std::function<void(const UOpPtr& ast)> observer) { kernel_cache().observer = std::move(observer); }
 
 RealizeStats realize_stats() {
   return {g_lowered.load(), g_launched.load(), schedule_cache().hits(), schedule_cache().misses()};

@@ -6,6 +6,7 @@
 // kernels in memory by their AST (interned, with no buffer identities) and compiled binaries on disk by
 // the device, so realizing the same computation again on new data schedules, lowers and compiles nothing.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "devices/device.h"
@@ -39,5 +40,10 @@ struct RealizeStats {
   size_t schedule_hits = 0, schedule_misses = 0;
 };
 RealizeStats realize_stats();
+
+// Called with each kernel AST the first time it is lowered for a device, before that lowering; an
+// exception it throws leaves the realize. Tests use it to compile every kernel of a run for a device
+// that is not here too (tests/test_gpu_cstyle.cpp: NVRTC). Set it before realizing, not during.
+void set_kernel_observer(std::function<void(const UOpPtr& ast)> observer);
 
 }  // namespace kiln

@@ -17,6 +17,8 @@ libopenblas-dev
 libtorch-dev
 zlib1g-dev
 dataset-fashion-mnist
+ocl-icd-libopencl1
+pocl-opencl-icd
 "
 # cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
 # (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
@@ -24,6 +26,8 @@ dataset-fashion-mnist
 # libopenblas-dev: the sgemm reference of `kiln bench` (dlopen'ed at run time; optional there).
 # libtorch-dev: the test oracle for op semantics and gradients (tests only; skipped when missing).
 # zlib1g-dev: gzipped IDX files.  dataset-fashion-mnist: the data of `kiln train mnist` (make demo).
+# ocl-icd-libopencl1, pocl-opencl-icd: the OpenCL ICD loader and PoCL, an OpenCL driver for any CPU, so
+# the OPENCL device (dlopen'ed; unavailable without them) runs its conformance suite everywhere.
 
 missing=""
 for pkg in $PACKAGES; do

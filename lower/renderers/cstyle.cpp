@@ -12,8 +12,41 @@
 
 namespace kiln {
 
-const CStyleLanguage& opencl_language() { throw Error("the OpenCL C renderer is not implemented yet"); }
-const CStyleLanguage& cuda_language() { throw Error("the CUDA C renderer is not implemented yet"); }
+namespace {
+
+// The float16/bfloat16 conversions, from one template: {q} qualifies each function, {u16} and {u32}
+// name the unsigned integer types, {u2f}/{f2u} move a uint32's bits to a float and back, {rint} rounds
+// to the nearest even integer. Subnormal halves are built in float arithmetic (2^-24 steps), so a
+// device that flushes float32 subnormals still converts them (each is a normal float32).
+std::string narrow_float_helpers(const std::string& q, const std::string& u16, const std::string& u32,
+                                 const std::string& u2f, const std::string& f2u, const std::string& rint) {
+  std::string t =
+      "{q} float kiln_h2f({u16} h) {\n"
+      "  {u32} sign = ({u32})(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;\n"
+      "  if (e == 0) return {u2f}({f2u}((float)m * 5.9604644775390625e-08f) | sign);\n"
+      "  if (e == 31) x = sign | 0x7f800000u | (m << 13);\n"
+      "  else x = sign | ((e + 112u) << 23) | (m << 13);\n"
+      "  return {u2f}(x);\n}\n"
+      "{q} {u16} kiln_f2h(float f) {\n"
+      "  {u32} x = {f2u}(f);\n"
+      "  {u32} sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;\n"
+      "  if (a > 0x7f800000u) return ({u16})(sign | 0x7e00u | ((a >> 13) & 0x3ffu));\n"
+      "  if (a >= 0x477ff000u) return ({u16})(sign | 0x7c00u);\n"
+      "  if (a < 0x38800000u) return ({u16})(sign | ({u32}){rint}({u2f}(a) * 16777216.0f));\n"
+      "  {u32} m = a - 0x38000000u;\n"
+      "  return ({u16})(sign | ((m + 0x0fffu + ((m >> 13) & 1u)) >> 13));\n}\n"
+      "{q} float kiln_bf2f({u16} b) { return {u2f}(({u32})b << 16); }\n"
+      "{q} {u16} kiln_f2bf(float f) {\n"
+      "  {u32} x = {f2u}(f);\n"
+      "  if ((x & 0x7fffffffu) > 0x7f800000u) return ({u16})((x >> 16) | 0x40u);\n"
+      "  return ({u16})((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);\n}\n";
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"{q}", q}, {"{u16}", u16}, {"{u32}", u32}, {"{u2f}", u2f}, {"{f2u}", f2u}, {"{rint}", rint}})
+    for (size_t at = t.find(key); at != std::string::npos; at = t.find(key, at + value.size())) t.replace(at, key.size(), value);
+  return t;
+}
+
+}  // namespace
 
 const CStyleLanguage& c_language() {
   static const CStyleLanguage lang = [] {
@@ -24,26 +57,9 @@ const CStyleLanguage& c_language() {
         // A reduction's order is unspecified (uop/ops.h), so its float additions may be reassociated:
         // clang then vectorizes the loop. Only the accumulator update is marked, nothing else.
         "#if defined(__clang__)\n#define KILN_REASSOC _Pragma(\"clang fp reassociate(on)\")\n#else\n#define KILN_REASSOC\n#endif\n"
-        // float16 and bfloat16 are stored as their bits and converted, rounding to nearest even.
-        "static inline float kiln_h2f(uint16_t h) {\n"
-        "  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x; float f;\n"
-        "  if (e == 0) { f = (float)m * 5.9604644775390625e-08f; memcpy(&x, &f, 4); x |= sign; }\n"
-        "  else if (e == 31) x = sign | 0x7f800000u | (m << 13);\n"
-        "  else x = sign | ((e + 112u) << 23) | (m << 13);\n"
-        "  memcpy(&f, &x, 4); return f;\n}\n"
-        "static inline uint16_t kiln_f2h(float f) {\n"
-        "  uint32_t x; memcpy(&x, &f, 4);\n"
-        "  uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;\n"
-        "  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));\n"
-        "  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);\n"
-        "  if (a < 0x38800000u) { float af; memcpy(&af, &a, 4); return (uint16_t)(sign | (uint32_t)rintf(af * 16777216.0f)); }\n"
-        "  uint32_t m = a - 0x38000000u;\n"
-        "  return (uint16_t)(sign | ((m + 0x0fffu + ((m >> 13) & 1u)) >> 13));\n}\n"
-        "static inline float kiln_bf2f(uint16_t b) { uint32_t x = (uint32_t)b << 16; float f; memcpy(&f, &x, 4); return f; }\n"
-        "static inline uint16_t kiln_f2bf(float f) {\n"
-        "  uint32_t x; memcpy(&x, &f, 4);\n"
-        "  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);\n"
-        "  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);\n}\n";
+        "static inline float kiln_u2f(uint32_t x) { float f; memcpy(&f, &x, 4); return f; }\n"
+        "static inline uint32_t kiln_f2u(float f) { uint32_t x; memcpy(&x, &f, 4); return x; }\n" +
+        narrow_float_helpers("static inline", "uint16_t", "uint32_t", "kiln_u2f", "kiln_f2u", "rintf");
     c.reassociate = "KILN_REASSOC ";
     // The CPU ABI: the runtime calls the kernel on chunks [gid_begin, gid_end) of launch dimension 0.
     c.kernel_open =
@@ -51,10 +67,68 @@ const CStyleLanguage& c_language() {
     c.kernel_close = "}\n";
     c.buffer_decl = "  {type}* restrict data{slot} = ({type}*)bufs[{slot}];\n";
     c.var_decl = "  const int64_t var{slot} = vars[{slot}];\n";
+    c.gid_loop_open = "for (int64_t gidx0 = gid_begin; gidx0 < gid_end; gidx0++) {";
     // GCC's vector extension, which clang shares: element-wise operators, v[i], (T){a, b, ...}.
     c.vector_typedef = "typedef {scalar} {name} __attribute__((vector_size({bytes})));\n";
     c.unaligned_copy = "__builtin_memcpy({dst}, {src}, {bytes});";
+    // Through a local: the source may be a literal or a vector's lane, which have no address.
+    c.bitcast = "{in_type} {v}_in = {x}; {type} {v}; memcpy(&{v}, &{v}_in, sizeof({v}));";
     return c;
+  }();
+  return lang;
+}
+
+// OpenCL C 1.2: buffers are __global kernel parameters, vars are `long` parameters after them; the
+// math built-ins are overloaded (no f suffix); fp64 is enabled where the device has it.
+const CStyleLanguage& opencl_language() {
+  static const CStyleLanguage lang = [] {
+    CStyleLanguage cl;
+    cl.name = "OpenCL";
+    cl.type_names = {"void", "bool", "char", "short", "int", "long", "uchar", "ushort", "uint", "ulong",
+                     "ushort", "ushort", "float", "double"};
+    cl.bool_storage = "uchar";  // bool has no defined size, so OpenCL allows no bool buffers
+    cl.preamble = "#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#endif\n" +
+                  narrow_float_helpers("static inline", "ushort", "uint", "as_float", "as_uint", "rint");
+    cl.kernel_open = "__kernel void {name}({params}) {\n";
+    cl.kernel_close = "}\n";
+    cl.buffer_param = "__global {type}* restrict data{slot}";
+    cl.var_param = "long var{slot}";
+    cl.group_id = "get_group_id({dim})";
+    cl.local_id = "get_local_id({dim})";
+    cl.local_decl = "__local {type} {name}[{count}];";
+    cl.barrier = "barrier(CLK_LOCAL_MEM_FENCE);";
+    cl.bitcast = "{type} {v} = as_{type}({x});";
+    cl.int64_suffix = "l";
+    cl.uint64_suffix = "ul";
+    cl.fmath_suffix = false;
+    return cl;
+  }();
+  return lang;
+}
+
+// CUDA C++ for NVRTC, needing no headers: the integer types are declared in the preamble, INFINITY and
+// NAN are spelled with the bit-move intrinsics, the math functions are NVRTC's built-ins.
+const CStyleLanguage& cuda_language() {
+  static const CStyleLanguage lang = [] {
+    CStyleLanguage cu;
+    cu.name = "CUDA";
+    cu.preamble =
+        "typedef signed char int8_t;\ntypedef short int16_t;\ntypedef int int32_t;\ntypedef long long int64_t;\n"
+        "typedef unsigned char uint8_t;\ntypedef unsigned short uint16_t;\ntypedef unsigned int uint32_t;\n"
+        "typedef unsigned long long uint64_t;\n"
+        "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fc00000))\n" +
+        narrow_float_helpers("static __device__ __forceinline__", "uint16_t", "uint32_t", "__uint_as_float",
+                             "__float_as_uint", "rintf");
+    cu.kernel_open = "extern \"C\" __global__ void {name}({params}) {\n";
+    cu.kernel_close = "}\n";
+    cu.buffer_param = "{type}* __restrict__ data{slot}";
+    cu.var_param = "int64_t var{slot}";
+    cu.group_id = "blockIdx.{xyz}";
+    cu.local_id = "threadIdx.{xyz}";
+    cu.local_decl = "__shared__ {type} {name}[{count}];";
+    cu.barrier = "__syncthreads();";
+    cu.bitcast = "{type} {v}; { {in_type} {v}_in = {x}; memcpy(&{v}, &{v}_in, sizeof({v})); }";
+    return cu;
   }();
   return lang;
 }
@@ -83,18 +157,25 @@ std::string c_type(DType dtype) {
 
 namespace {
 
-// An integer constant as a C literal of at least 64 bits. INT64_MIN has no literal (the minus applies
-// to 9223372036854775808, which is then unsigned), so it is spelled as an expression.
-std::string int_literal(const ConstValue& v, DType d) {
-  std::string s = const_to_string(v, d);
-  if (!is_unsigned(d) && s == "-9223372036854775808") return "(-9223372036854775807ll-1)";
-  return s + (is_unsigned(d) ? "ull" : "ll");
+// The language's name of a scalar type (c_type's unless its table names it).
+std::string scalar_name(const CStyleLanguage& lang, DType d) {
+  size_t i = static_cast<size_t>(d.scalar);
+  if (d.count == 1 && i < lang.type_names.size() && !lang.type_names[i].empty()) return lang.type_names[i];
+  return c_type(d);
 }
 
-std::string literal(const UOpPtr& u) {
+// An integer constant as a literal of at least 64 bits. INT64_MIN has no literal (the minus applies
+// to 9223372036854775808, which is then unsigned), so it is spelled as an expression.
+std::string int_literal(const CStyleLanguage& lang, const ConstValue& v, DType d) {
+  std::string s = const_to_string(v, d);
+  if (!is_unsigned(d) && s == "-9223372036854775808") return "(-9223372036854775807" + lang.int64_suffix + "-1)";
+  return s + (is_unsigned(d) ? lang.uint64_suffix : lang.int64_suffix);
+}
+
+std::string literal(const CStyleLanguage& lang, const UOpPtr& u) {
   const ConstValue& v = u->const_value();
   if (u->dtype.count > 1) {  // the value in every lane
-    std::string lane = literal(UOp::make(Op::CONST, u->dtype.scalar_of(), {}, v)), lanes;
+    std::string lane = literal(lang, UOp::make(Op::CONST, u->dtype.scalar_of(), {}, v)), lanes;
     for (int i = 0; i < u->dtype.count; ++i) lanes += (i ? "," : "") + lane;
     return "((" + c_type(u->dtype) + "){" + lanes + "})";
   }
@@ -103,7 +184,7 @@ std::string literal(const UOpPtr& u) {
   if (d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16) {
     float x = static_cast<float>(std::get<double>(v));
     unsigned bits = d.scalar == ScalarType::Float16 ? float_to_half_bits(x) : float_to_bf16_bits(x);
-    return "((uint16_t)" + std::to_string(bits) + "u)";
+    return "((" + scalar_name(lang, d) + ")" + std::to_string(bits) + "u)";
   }
   if (is_float(d)) {
     double x = std::get<double>(v);
@@ -111,17 +192,15 @@ std::string literal(const UOpPtr& u) {
     if (std::isinf(x)) return x > 0 ? "INFINITY" : "(-INFINITY)";
     std::string s = const_to_string(v, d);
     if (s.find_first_of(".e") == std::string::npos) s += ".0";
-    return d.scalar == ScalarType::Float32 ? "(" + s + "f)" : "(" + s + ")";
+    return d.scalar == ScalarType::Float32 ? "(" + s + lang.float_suffix + ")" : "(" + s + ")";
   }
-  return "((" + c_type(d) + ")" + int_literal(v, d) + ")";
+  return "((" + scalar_name(lang, d) + ")" + int_literal(lang, v, d) + ")";
 }
 
-const char* math_fn(Op op) {
-  static constexpr std::pair<Op, const char*> kMath[] = {
-      {Op::SQRT, "sqrt"}, {Op::EXP2, "exp2"}, {Op::LOG2, "log2"}, {Op::SIN, "sin"}, {Op::TRUNC, "trunc"}, {Op::POW, "pow"}};
-  for (auto [o, fn] : kMath)
+const std::string& math_fn(const CStyleLanguage& lang, Op op) {
+  for (const auto& [o, fn] : lang.math_fns)
     if (o == op) return fn;
-  throw_internal("math_fn() is called for the math primitives", std::string(op_name(op)), __FILE__, __LINE__);
+  throw_internal("the language's math_fns name every math primitive", cat(lang.name, ": ", op_name(op)), __FILE__, __LINE__);
 }
 
 // Fills the spelling tables' named placeholders ("{name}", "{type}", "{slot}").
@@ -141,9 +220,9 @@ class Renderer {
     std::ostringstream body;
     std::vector<DType> buffer_types(num_buffers, dtypes::void_);
     for (size_t i = 0; i < vars.size(); ++i) names_[vars[i].get()] = "var" + std::to_string(i);
-    bool threaded = false;
+    bool threaded = false;  // a CPU-style launch loop around the body
     for (const UOpPtr& u : linear) {
-      if (u->op == Op::SPECIAL) threaded = true;
+      if (u->op == Op::SPECIAL) threaded = !lang_.gid_loop_open.empty();
       if (u->op == Op::ASSIGN) updates_.insert(u->src[1].get());  // rendered inside the ASSIGN
     }
     // One accumulator: let the compiler vectorize its loop by reassociating. Several (an upcast tile):
@@ -152,20 +231,26 @@ class Renderer {
     int depth = threaded ? 2 : 1;  // indentation: inside the function, and inside the gid loop
     for (const UOpPtr& u : linear) {
       std::string line = statement(u, buffer_types);
-      if (u->op == Op::END) --depth;
+      if (u->op == Op::END || u->op == Op::ENDIF) --depth;
       if (!line.empty()) body << std::string(static_cast<size_t>(depth) * 2, ' ') << line << "\n";
-      if (u->op == Op::RANGE) ++depth;
+      if (u->op == Op::RANGE || u->op == Op::IF) ++depth;
     }
     std::ostringstream out;
     out << lang_.preamble;
     for (const auto& [vname, t] : vector_types_)
       out << fill(lang_.vector_typedef, {{"{scalar}", c_type(t.scalar_of())}, {"{name}", vname},
                                          {"{bytes}", std::to_string(t.itemsize())}});
-    out << fill(lang_.kernel_open, {{"{name}", name}});
+    std::string params;
+    auto param = [&](const std::string& text) { params += (params.empty() || text.empty() ? "" : ", ") + text; };
     for (size_t i = 0; i < num_buffers; ++i)
-      out << fill(lang_.buffer_decl, {{"{type}", c_type(buffer_types[i])}, {"{slot}", std::to_string(i)}});
+      param(fill(lang_.buffer_param, {{"{type}", buffer_type(buffer_types[i])}, {"{slot}", std::to_string(i)}}));
+    for (size_t i = 0; i < vars.size(); ++i) param(fill(lang_.var_param, {{"{slot}", std::to_string(i)}}));
+    out << fill(lang_.kernel_open, {{"{name}", name}, {"{params}", params}});
+    for (size_t i = 0; i < num_buffers; ++i)
+      out << fill(lang_.buffer_decl, {{"{type}", buffer_type(buffer_types[i])}, {"{slot}", std::to_string(i)}});
     for (size_t i = 0; i < vars.size(); ++i) out << fill(lang_.var_decl, {{"{slot}", std::to_string(i)}});
-    if (threaded) out << "  for (int64_t gidx0 = gid_begin; gidx0 < gid_end; gidx0++) {\n";
+    for (const std::string& decl : local_decls_) out << "  " << decl << "\n";
+    if (threaded) out << "  " << lang_.gid_loop_open << "\n";
     out << body.str();
     if (threaded) out << "  }\n";
     out << lang_.kernel_close;
@@ -178,17 +263,26 @@ class Renderer {
     if (it != names_.end()) return it->second;
     if (u->op == Op::CONST) {
       type(u->dtype);  // a vector literal names its type
-      return names_[u.get()] = literal(u);
+      return names_[u.get()] = literal(lang_, u);
     }
     throw_internal("every source is rendered before its user", str(u), __FILE__, __LINE__);
   }
 
   std::string fresh(const char* prefix, const UOpPtr& u) { return names_[u.get()] = prefix + std::to_string(counter_++); }
 
-  // c_type, remembering the vector types the kernel needs declared.
+  // The type's name in the language, remembering the vector types the kernel needs declared.
   std::string type(DType t) {
-    if (t.count > 1) vector_types_.emplace(c_type(t), t);
-    return c_type(t);
+    if (t.count > 1) {
+      if (lang_.vector_typedef.empty())
+        throw_internal("kernels for a language without vector types have no vector dtypes (DeviceSpec::vector_bytes = 0)",
+                       cat(lang_.name, ": ", t.name()), __FILE__, __LINE__);
+      vector_types_.emplace(c_type(t), t);
+    }
+    return scalar_name(lang_, t);
+  }
+
+  std::string buffer_type(DType t) {
+    return is_bool(t) && t.count == 1 && !lang_.bool_storage.empty() ? lang_.bool_storage : type(t);
   }
 
   std::string copy(const std::string& dst, const std::string& src, DType t) {
@@ -207,6 +301,22 @@ class Renderer {
     return "((" + type(u->dtype) + ")((" + first + "&(" + m + ")" + a + ")|(~" + first + "&(" + m + ")" + b + ")))";
   }
 
+  // A launch index: the CPU's launch loop variable, or a GPU's workgroup or work-item id.
+  std::string special(const UOpPtr& u) {
+    const std::string& label = u->arg_as<std::string>();
+    if (!lang_.gid_loop_open.empty()) {
+      KILN_ASSERT(label == "gidx0", "CPU-style kernels have the one launch index gidx0: ", str(u));
+      names_[u.get()] = "gidx0";
+      return "";
+    }
+    bool group = label.rfind("gidx", 0) == 0, local = label.rfind("lidx", 0) == 0;
+    KILN_ASSERT((group || local) && label.size() == 5 && label[4] >= '0' && label[4] <= '2',
+                "a SPECIAL is gidx<d> or lidx<d> with d in 0..2: ", str(u));
+    std::string dim(1, label[4]), xyz(1, "xyz"[label[4] - '0']), t = type(u->dtype);
+    names_[u.get()] = label;
+    return "const " + t + " " + label + " = (" + t + ")" + fill(group ? lang_.group_id : lang_.local_id, {{"{dim}", dim}, {"{xyz}", xyz}}) + ";";
+  }
+
   std::string expr(const UOpPtr& u) {
     auto a = [&](size_t i) -> const std::string& { return name(u->src[i]); };
     bool fp = is_float(u->src.empty() ? u->dtype : u->src.back()->dtype);
@@ -215,9 +325,9 @@ class Renderer {
       case Op::NEG: return "(-" + a(0) + ")";
       case Op::RECIP: return "(" + std::string(u->dtype.scalar == ScalarType::Float32 ? "1.0f" : "1.0") + "/" + a(0) + ")";
       case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
-        return std::string(math_fn(u->op)) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ")";
+        return math_fn(lang_, u->op) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ")";
       case Op::POW:
-        return std::string("pow") + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ", " + a(1) + ")";
+        return math_fn(lang_, u->op) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ", " + a(1) + ")";
       case Op::ADD: return "(" + a(0) + "+" + a(1) + ")";
       case Op::SUB: return "(" + a(0) + "-" + a(1) + ")";
       case Op::MUL: return "(" + a(0) + "*" + a(1) + ")";
@@ -249,12 +359,14 @@ class Renderer {
         if (is_bool(u->dtype)) return "(" + x + "!=0)";
         if (is_float(u->src[0]->dtype) && is_int(u->dtype)) {
           // Float to int saturates and NaN gives 0 (cast_const's rule; a plain C cast is undefined there).
-          std::string t = c_type(u->dtype);
-          std::string lo = int_literal(lowest(u->dtype), u->dtype), hi = int_literal(highest(u->dtype), u->dtype);
-          return "(" + x + "!=" + x + "?(" + t + ")0:" + x + ">=(double)" + hi + "?(" + t + ")" + hi + ":" + x +
-                 "<=(double)(" + lo + ")?(" + t + ")(" + lo + "):(" + t + ")" + x + ")";
+          // The bounds are compared in x's own float type: a bound rounds to a power of two there, so
+          // x >= (float)INT32_MAX is exactly "x does not fit", and no device needs fp64 for it.
+          std::string t = type(u->dtype), f = from == ScalarType::Float64 ? type(dtypes::float64) : type(dtypes::float32);
+          std::string lo = int_literal(lang_, lowest(u->dtype), u->dtype), hi = int_literal(lang_, highest(u->dtype), u->dtype);
+          return "(" + x + "!=" + x + "?(" + t + ")0:" + x + ">=(" + f + ")" + hi + "?(" + t + ")" + hi + ":" + x +
+                 "<=(" + f + ")(" + lo + ")?(" + t + ")(" + lo + "):(" + t + ")" + x + ")";
         }
-        return "((" + c_type(u->dtype) + ")" + x + ")";
+        return "((" + type(u->dtype) + ")" + x + ")";
       }
       case Op::SINK: case Op::NOOP: case Op::CONST: case Op::DEFINE_VAR: case Op::DEVICE: case Op::BUFFER:
       case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN: case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA:
@@ -277,10 +389,10 @@ class Renderer {
         return "";
       }
       case Op::DEFINE_VAR: return "";
-      case Op::SPECIAL: names_[u.get()] = "gidx0"; return "";
+      case Op::SPECIAL: return special(u);
       case Op::RANGE: {
         std::string r = names_[u.get()] = "ridx" + std::to_string(u->axis_id());
-        return "for (" + c_type(u->dtype) + " " + r + " = 0; " + r + " < " + name(u->end()) + "; " + r + "++) {";
+        return "for (" + type(u->dtype) + " " + r + " = 0; " + r + " < " + name(u->end()) + "; " + r + "++) {";
       }
       case Op::END: return "}";
       case Op::INDEX: {  // an element, or the address a vector is copied from or to
@@ -301,7 +413,7 @@ class Renderer {
         }
         std::string read = name(u->src[0]);
         if (gated) read = "(" + name(u->src[2]) + "?" + read + ":" + name(u->src[1]) + ")";
-        return c_type(u->dtype) + " " + v + " = " + read + ";";
+        return type(u->dtype) + " " + v + " = " + read + ";";
       }
       case Op::STORE: {
         std::string write = u->src[1]->dtype.count > 1 ? copy(name(u->src[0]), "&" + name(u->src[1]), u->src[1]->dtype)
@@ -326,15 +438,28 @@ class Renderer {
         return reassociate ? "{ " + lang_.reassociate + assign + " }" : assign;
       }
       case Op::BITCAST: {
-        // Through a local: the source may be a literal or a vector's lane, which have no address.
-        std::string v = fresh("cast", u), in = v + "_in";
-        return type(u->src[0]->dtype) + " " + in + " = " + name(u->src[0]) + "; " + type(u->dtype) + " " + v + "; memcpy(&" + v +
-               ", &" + in + ", sizeof(" + v + "));";
+        std::string v = fresh("cast", u);
+        return fill(lang_.bitcast, {{"{in_type}", type(u->src[0]->dtype)}, {"{type}", type(u->dtype)}, {"{x}", name(u->src[0])},
+                                    {"{v}", v}});
       }
+      case Op::DEFINE_LOCAL: {
+        KILN_ASSERT(!lang_.local_decl.empty(), lang_.name, " has no workgroup-shared memory: ", str(u));
+        std::string temp = names_[u.get()] = "temp" + (std::holds_alternative<int64_t>(u->arg) ? std::to_string(u->arg_as<int64_t>())
+                                                                                                  : std::to_string(counter_++));
+        int64_t count = u->src.empty() ? 0 : u->src[0]->vmax();
+        KILN_ASSERT(count > 0, "DEFINE_LOCAL's src[0] holds its number of elements: ", str(u));
+        local_decls_.push_back(fill(lang_.local_decl, {{"{type}", type(u->dtype.deref())}, {"{name}", temp},
+                                                       {"{count}", std::to_string(count)}}));
+        return "";
+      }
+      case Op::BARRIER:
+        KILN_ASSERT(!lang_.barrier.empty(), lang_.name, " has no workgroup barrier: ", str(u));
+        return lang_.barrier;
+      case Op::IF: return "if (" + name(u->src[0]) + ") {";
+      case Op::ENDIF: return "}";
       case Op::SINK: case Op::NOOP: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY:
       case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND:
-      case Op::PAD: case Op::SHRINK: case Op::FLIP: case Op::DEFINE_LOCAL: case Op::REDUCE: case Op::BARRIER:
-      case Op::IF: case Op::ENDIF:
+      case Op::PAD: case Op::SHRINK: case Op::FLIP: case Op::REDUCE:
         throw_internal("the C renderer handles every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
       case Op::CAST: case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN:
       case Op::TRUNC: case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD:
@@ -357,6 +482,7 @@ class Renderer {
   std::unordered_map<const UOp*, std::string> names_;
   std::unordered_set<const UOp*> updates_;
   std::map<std::string, DType> vector_types_;  // by the name they are declared under
+  std::vector<std::string> local_decls_;       // workgroup-shared arrays, declared at the top
   bool single_accumulator_ = false;
   int counter_ = 0;
 };

@@ -1,14 +1,26 @@
-// Renderers for the C family (C for the CPU device now; OpenCL C and CUDA C share this base and
-// differ only by the tables of spellings in CStyleLanguage).
+// Renderers for the C family: C for the CPU device, OpenCL C and CUDA C for the GPU devices. One
+// renderer; the languages differ only by the tables of spellings in CStyleLanguage.
 //
 //   std::string src = render_cstyle(c_language(), "E_16", program, /*num_buffers=*/3, vars);
+//   std::string cl = render_cstyle(opencl_language(), "E_16", program, 3, vars);
 //
 // Every value-producing node becomes one typed local variable, constants and index arithmetic
 // are inlined, and loops are plain for loops, so the device compiler sees simple code it can
 // vectorize. Vector dtypes (lower/upcast.h) become the compiler's vector types: element-wise
-// operators, lanes as v[i], loads and stores as unaligned copies.
+// operators, lanes as v[i], loads and stores as unaligned copies (C only: the GPU languages have
+// no vector_typedef, and their devices say so with DeviceSpec::vector_bytes = 0).
+//
+// float16 and bfloat16 are stored as their 16 bits and computed in float32 in every language: CAST
+// converts through helpers (kiln_h2f, kiln_f2h, kiln_bf2f, kiln_f2bf) rendered into the preamble from
+// one template with each language's spellings of the float/uint bit moves, rounding to nearest even.
+//
+// The GPU languages render the launch indices of lower/lower.h: SPECIAL "gidx<d>" as the workgroup id
+// and "lidx<d>" as the id inside the workgroup, DEFINE_LOCAL as a workgroup-shared array declared at the
+// top of the kernel, BARRIER as a workgroup barrier. Buffers and vars are kernel parameters there:
+// buffer i is parameter i, var j is parameter num_buffers + j (an int64 value).
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "uop/uop.h"
@@ -18,17 +30,42 @@ namespace kiln {
 struct CStyleLanguage {
   std::string name;               // "C"
   std::string preamble;           // includes and helpers at the top of the file
-  std::string kernel_open;        // the function header up to '{'; {name} is the kernel name
+  // The function header up to '{': {name} is the kernel name, {params} the parameters (below).
+  std::string kernel_open;
   std::string kernel_close;       // closes what kernel_open opened, after the body
-  std::string buffer_decl;        // declares data<slot>: {type} and {slot} are filled in
-  std::string var_decl;           // declares var<slot> from the launch's vars: {slot} is filled in
-  // Declares the vector type {name} of {count} {scalar}s, {bytes} in all, before the kernel.
+  // Kernel parameters, joined with ", " into {params}: buffer <slot> ({type} is its element type),
+  // then var <slot>. Empty where the kernel reads them from its arguments some other way (C: bufs[]).
+  std::string buffer_param;
+  std::string var_param;
+  std::string buffer_decl;        // declares data<slot> in the body: {type} and {slot} are filled in
+  std::string var_decl;           // declares var<slot> in the body: {slot} is filled in
+  // CPU-style launch: the loop over the device's chunk of gidx0 (SPECIAL "gidx0" is its variable).
+  // Empty: GPU-style, where each SPECIAL is an id read from the launch (group_id, local_id).
+  std::string gid_loop_open;
+  // The workgroup id and the work-item id in dimension {dim} (0..2) or {xyz} ("x", "y", "z").
+  std::string group_id;
+  std::string local_id;
+  // A workgroup-shared array {name} of {count} {type}s, declared at the top of the kernel body.
+  std::string local_decl;
+  std::string barrier;            // every work-item of the workgroup waits; shared writes become visible
+  // Declares the vector type {name} of {count} {scalar}s, {bytes} in all, before the kernel; empty:
+  // the language has no vector types here.
   std::string vector_typedef;
   // Moves {bytes} bytes from {src} to {dst} with no alignment assumed: vector loads and stores
   // (a view or an offset is not aligned to the vector's size).
   std::string unaligned_copy;
+  // A statement declaring {v} of type {type} with the bits of {x} (of type {in_type}, same size).
+  std::string bitcast;
+  // Names of the scalar types, indexed by ScalarType (empty: c_type's name). Float16 and BFloat16
+  // name their 16-bit storage. bool_storage: the element type of a bool buffer ("": the bool name).
+  std::vector<std::string> type_names;
+  std::string bool_storage;
+  std::string int64_suffix = "ll", uint64_suffix = "ull";  // 64-bit integer literals
   std::string float_suffix = "f"; // float32 literals
   bool fmath_suffix = true;       // sqrtf/exp2f... for float32
+  // The math functions (float64 spelling; float32 adds "f" where fmath_suffix), by op.
+  std::vector<std::pair<Op, std::string>> math_fns = {{Op::SQRT, "sqrt"}, {Op::EXP2, "exp2"}, {Op::LOG2, "log2"},
+                                                      {Op::SIN, "sin"},   {Op::TRUNC, "trunc"}, {Op::POW, "pow"}};
   // Put at the start of a block holding a float accumulator update, to let the compiler reassociate
   // that one addition (and so vectorize the reduction); empty where there is no such thing.
   std::string reassociate;
