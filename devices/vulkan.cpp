@@ -30,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "devices/device.h"
 #include "uop/config.h"
@@ -113,7 +114,11 @@ struct ModuleInfo {
   uint32_t bindings = 0;      // 1 + the largest Binding decoration
   uint32_t push_members = 0;  // members of the push-constant block (DEFINE_VARs)
   std::array<uint32_t, 3> local{1, 1, 1};
+  std::optional<uint64_t> loop_iterations;  // the renderer's bound on one invocation's loop iterations
 };
+
+// The note lower/renderers/spirv.h (kLoopIterationsNote) puts in every module kiln renders.
+constexpr std::string_view kLoopIterationsNote = "kiln.loop_iterations ";
 
 // Walks the instructions of a module; throws a message (no device name yet) where it is malformed.
 ModuleInfo reflect(const std::string& bytes) {
@@ -141,6 +146,11 @@ ModuleInfo reflect(const std::string& bytes) {
       case spv::Op::OpDecorate:  // target, decoration, literals
         if (ops[1] == static_cast<uint32_t>(spv::Decoration::Binding) && count >= 4) info.bindings = std::max(info.bindings, ops[2] + 1);
         break;
+      case spv::Op::OpModuleProcessed: {
+        std::string note(reinterpret_cast<const char*>(ops), strnlen(reinterpret_cast<const char*>(ops), (count - 1) * 4));
+        if (note.rfind(kLoopIterationsNote, 0) == 0) info.loop_iterations = std::strtoull(note.c_str() + kLoopIterationsNote.size(), nullptr, 10);
+        break;
+      }
       case spv::Op::OpTypeStruct: struct_members[ops[0]] = count - 2; break;
       case spv::Op::OpTypePointer: pointee[ops[0]] = ops[2]; break;  // result, storage, type
       case spv::Op::OpVariable:                                        // type, result, storage
@@ -195,6 +205,7 @@ std::string capability_name(uint32_t c) {
     case 39: return "Int8";
     case 4433: return "StorageBuffer16BitAccess";
     case 4448: return "StorageBuffer8BitAccess";
+    case 4466: return "SignedZeroInfNanPreserve";
     default: return cat("capability ", c);
   }
 }
@@ -279,6 +290,12 @@ class VulkanDevice : public Device {
                            cat("the module needs the SPIR-V capability ", capability_name(c), ", which ", spec_.arch,
                                " does not support (see `kiln devices`)"),
                            disassemble(info.words));
+    if (loop_limit_ > 0 && info.loop_iterations.value_or(0) > loop_limit_)
+      throw CompileError("VULKAN", name,
+                         cat("one invocation of this kernel may run up to ", *info.loop_iterations, " loop iterations, and ",
+                             spec_.arch, " (Mesa lavapipe) silently ends an invocation's loops after ", loop_limit_,
+                             " in total; spread the work over more workgroups (a smaller kernel, or GPU launch dims)"),
+                         disassemble(info.words));
     if (config().spirv_val) validate(info, name);
     return Binary{name, std::vector<uint8_t>(source.begin(), source.end())};
   }
@@ -528,6 +545,12 @@ class VulkanDevice : public Device {
     if (want12.shaderInt8) supported_.insert(39);
     if (want11.storageBuffer16BitAccess) supported_.insert(4433);
     if (want12.storageBuffer8BitAccess) supported_.insert(4448);
+    VkPhysicalDeviceFloatControlsProperties controls{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &controls;
+    vk_.vkGetPhysicalDeviceProperties2(physical_, &props);
+    if (controls.shaderSignedZeroInfNanPreserveFloat32 && (controls.shaderSignedZeroInfNanPreserveFloat64 || !want.features.shaderFloat64))
+      supported_.insert(4466);  // SignedZeroInfNanPreserve
 
     float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -580,6 +603,9 @@ class VulkanDevice : public Device {
     spec_.vector_bytes = 0;  // the renderer has no vector types: upcasts become register tiles
     max_bindings_ = std::min(l.maxPerStageDescriptorStorageBuffers, l.maxDescriptorSetStorageBuffers);
     max_push_bytes_ = l.maxPushConstantsSize;
+    // llvmpipe guards against endless loops by ending a shader invocation's loops after 65535 back edges
+    // in all (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, Mesa 22); beyond, results would be silently wrong.
+    if (p12.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) loop_limit_ = 65535;
     (void)f12;
     VkPhysicalDeviceMemoryProperties memory;
     vk_.vkGetPhysicalDeviceMemoryProperties(physical_, &memory);
@@ -713,6 +739,7 @@ class VulkanDevice : public Device {
   DeviceSpec spec_;
   std::set<uint32_t> supported_;  // SPIR-V capabilities the enabled features allow
   uint32_t max_bindings_ = 0, max_push_bytes_ = 0;
+  uint64_t loop_limit_ = 0;  // loop iterations per invocation the driver runs correctly; 0: no limit
   std::mutex mu_;  // the queue, the pools and the free lists
   std::deque<Submission> in_flight_;
   std::vector<VkFence> free_fences_;

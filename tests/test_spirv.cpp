@@ -392,3 +392,17 @@ TEST_CASE("spirv: device errors name the device, the kernel and the limit", "[sp
   CHECK(vk->spec().vector_bytes == 0);
   CHECK(vk->spec().max_local > 0);
 }
+TEST_CASE("spirv: long loops run to the end, or fail to compile where the driver would cut them short", "[spirv]") {
+  Device* vk = vulkan();
+  if (!vk) return;
+  auto count_up = [](int64_t n) {  // out[i] = i for i < n
+    UOpPtr out = global(0, dtypes::float32), r = range(0, const_int(n)), value = cast(r, dtypes::float32);
+    return std::vector<UOpPtr>{out, r, value, index(out, r), store(index(out, r), value), end(r)};
+  };
+  std::vector<Bytes> got = run(*vk, count_up(60000), {Bytes(60000 * 4)});
+  CHECK(as_double(element(got[0], dtypes::float32, 59999)) == 59999.0);
+  CHECK(as_double(element(got[0], dtypes::float32, 31234)) == 31234.0);
+  if (vk->spec().arch.find("llvmpipe") == std::string::npos) return;
+  // lavapipe ends an invocation's loops after 65535 iterations in all: a clear error, not wrong numbers.
+  CHECK_THROWS_WITH(run(*vk, count_up(70000), {Bytes(70000 * 4)}), Contains("70000 loop iterations") && Contains("65535"));
+}

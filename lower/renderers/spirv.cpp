@@ -70,6 +70,12 @@ class SpirvRenderer {
     if (!loops_.empty()) fail(linear.back(), "a RANGE is never closed by an END");
     m_.op_void(SOp::OpReturn, {});
     m_.end_function();
+    // IEEE results for NaN, inf and signed zero (uop/ops.h): without this, drivers may fold 0*x to 0.
+    m_.capability(spv::Capability::SignedZeroInfNanPreserve);
+    m_.execution_mode(spv::ExecutionMode::SignedZeroInfNanPreserve, {32});
+    if (m_.has_capability(spv::Capability::Float64)) m_.execution_mode(spv::ExecutionMode::SignedZeroInfNanPreserve, {64});
+    // For devices that bound the loop iterations of an invocation (devices/vulkan.cpp reads it).
+    m_.module_processed(cat(kLoopIterationsNote, static_cast<uint64_t>(std::min(iterations_, 1e18))));
     SpirvModule::Words words = m_.finish(name_, entry_, local_size_);
     std::string bytes(words.size() * 4, '\0');
     std::memcpy(bytes.data(), words.data(), bytes.size());
@@ -409,32 +415,43 @@ class SpirvRenderer {
     return {op(SOp::OpLoad, reg_type(u->dtype), {op(SOp::OpAccessChain, ptr, {push_block_, u32(static_cast<uint32_t>(i))})})};
   }
 
-  void open_loop(const UOpPtr& u) {
-    if (!is_int(u->dtype) || u->src.empty()) fail(u, "a RANGE is an integer loop counter with its bound as source 0");
-    Id end = scalar(u->src[0]), t = reg_type(u->dtype), before = m_.current_block();
+  // Opens one structured loop counting 0, 1, ... while below `bound`; the body follows.
+  Loop begin_loop(Id bound, DType t) {
+    Id before = m_.current_block();
     Loop loop{m_.fresh(), m_.fresh(), m_.fresh(), m_.fresh(), m_.fresh(), m_.fresh()};
     m_.op_void(SOp::OpBranch, {loop.header});
     m_.label(loop.header);
-    m_.op(SOp::OpPhi, t, {constant(u->dtype, int64_t{0}), before, loop.next, loop.next_block}, loop.counter);
-    Id more = op(is_unsigned(u->dtype) ? SOp::OpULessThan : SOp::OpSLessThan, m_.type_bool(), {loop.counter, end});
+    m_.op(SOp::OpPhi, reg_type(t), {constant(t, int64_t{0}), before, loop.next, loop.next_block}, loop.counter);
+    Id more = op(is_unsigned(t) ? SOp::OpULessThan : SOp::OpSLessThan, m_.type_bool(), {loop.counter, bound});
     m_.op_void(SOp::OpLoopMerge, {loop.merge, loop.next_block, static_cast<uint32_t>(spv::LoopControlMask::MaskNone)});
     m_.op_void(SOp::OpBranchConditional, {more, loop.body, loop.merge});
     m_.label(loop.body);
+    return loop;
+  }
+
+  void end_loop(const Loop& loop, DType t) {
+    m_.op_void(SOp::OpBranch, {loop.next_block});
+    m_.label(loop.next_block);
+    m_.op(SOp::OpIAdd, reg_type(t), {loop.counter, constant(t, int64_t{1})}, loop.next);
+    m_.op_void(SOp::OpBranch, {loop.header});
+    m_.label(loop.merge);
+  }
+
+  void open_loop(const UOpPtr& u) {
+    if (!is_int(u->dtype) || u->src.empty()) fail(u, "a RANGE is an integer loop counter with its bound as source 0");
+    Loop loop = begin_loop(scalar(u->src[0]), u->dtype.scalar_of());
     values_[u.get()] = {loop.counter};
     loops_.push_back({u.get(), loop});
+    trips_.push_back(std::max<double>(1, static_cast<double>(u->src[0]->vmax())) * (trips_.empty() ? 1 : trips_.back()));
   }
 
   void close_loop(const UOpPtr& u) {
     if (u->src.size() != 1 || loops_.empty() || loops_.back().first != u->src[0].get())
       fail(u, "an END closes the innermost open RANGE, its one source");
-    Loop loop = loops_.back().second;
+    end_loop(loops_.back().second, u->src[0]->dtype.scalar_of());
     loops_.pop_back();
-    const UOpPtr& range = u->src[0];
-    m_.op_void(SOp::OpBranch, {loop.next_block});
-    m_.label(loop.next_block);
-    m_.op(SOp::OpIAdd, reg_type(range->dtype), {loop.counter, constant(range->dtype, int64_t{1})}, loop.next);
-    m_.op_void(SOp::OpBranch, {loop.header});
-    m_.label(loop.merge);
+    iterations_ += trips_.back();
+    trips_.pop_back();
   }
 
   Address address(const UOpPtr& u) {
@@ -504,8 +521,8 @@ class SpirvRenderer {
         return;
       }
       case kiln::Op::DEFINE_REG: {
-        if (u->src.empty() || !u->dtype.is_ptr) fail(u, "DEFINE_REG is a register pointer with its initial value as source 0");
-        DType t = u->dtype.deref();
+        if (u->src.empty()) fail(u, "DEFINE_REG needs its initial value as source 0");
+        DType t = u->dtype.is_ptr ? u->dtype.deref() : u->dtype;  // lowering gives the value's dtype, REF accepts both
         auto [it, added] = registers_.emplace(u.get(), Lanes{});
         if (added)
           for (int l = 0; l < t.count; ++l)
@@ -591,6 +608,8 @@ class SpirvRenderer {
   std::unordered_map<const UOp*, Memory> memories_;
   std::unordered_map<const UOp*, Address> addresses_;
   std::vector<std::pair<const UOp*, Loop>> loops_;
+  std::vector<double> trips_;  // per open loop: the most times its body runs in one invocation
+  double iterations_ = 0;      // the most loop iterations (back edges) one invocation runs
 };
 
 }  // namespace

@@ -157,6 +157,8 @@ void SpirvModule::name(Id target, const std::string& text) {
   emit(debug_, SOp::OpName, operands);
 }
 
+void SpirvModule::module_processed(const std::string& text) { emit(processed_, SOp::OpModuleProcessed, string_words(text)); }
+
 SpirvModule::Id SpirvModule::op(spv::Op opcode, Id result_type, const Words& operands, Id result) {
   KILN_ASSERT(!stack_.empty(), "instructions are emitted inside a function");
   Id r = result != 0 ? result : fresh();
@@ -228,7 +230,12 @@ SpirvModule::Words SpirvModule::finish(const std::string& entry_name, Id entry, 
   emit(out, SOp::OpEntryPoint, entry_point);
   emit(out, SOp::OpExecutionMode, {entry, static_cast<uint32_t>(spv::ExecutionMode::LocalSize), local_size[0],
                                   local_size[1], local_size[2]});
-  for (const Words* section : {&debug_, &annotations_, &globals_}) out.insert(out.end(), section->begin(), section->end());
+  for (const auto& [mode, literals] : modes_) {
+    Words operands{entry, mode};
+    operands.insert(operands.end(), literals.begin(), literals.end());
+    emit(out, SOp::OpExecutionMode, operands);
+  }
+  for (const Words* section : {&debug_, &processed_, &annotations_, &globals_}) out.insert(out.end(), section->begin(), section->end());
   for (const Words& f : finished_) out.insert(out.end(), f.begin(), f.end());
   out[3] = next_id_;
   return out;

@@ -33,6 +33,9 @@ class SpirvModule {
 
   Id fresh() { return next_id_++; }
   void capability(spv::Capability c) { capabilities_.insert(static_cast<uint32_t>(c)); }
+  bool has_capability(spv::Capability c) const { return capabilities_.count(static_cast<uint32_t>(c)) > 0; }
+  // An OpExecutionMode of the entry point besides LocalSize (which finish() writes).
+  void execution_mode(spv::ExecutionMode mode, const Words& literals) { modes_.push_back({static_cast<uint32_t>(mode), literals}); }
 
   // Types, each declared once. Integer and float types add the capabilities their width needs.
   Id type_void();
@@ -60,6 +63,7 @@ class SpirvModule {
   void decorate(Id target, spv::Decoration d, const Words& operands = {});
   void member_decorate(Id type, uint32_t member, spv::Decoration d, const Words& operands = {});
   void name(Id target, const std::string& text);
+  void module_processed(const std::string& text);  // OpModuleProcessed: a note on how the module was made
 
   // Instructions, appended to the function being built.
   // With a result: returns its id (`result`, when the id was taken earlier with fresh(), e.g. for a phi).
@@ -91,8 +95,9 @@ class SpirvModule {
   Id next_id_ = 1;
   std::set<uint32_t> capabilities_;
   Id glsl_import_ = 0;
-  Words debug_, annotations_, globals_;  // globals_: types, constants and global variables in order
+  Words debug_, processed_, annotations_, globals_;  // globals_: types, constants and global variables in order
   std::vector<Id> interface_;
+  std::vector<std::pair<uint32_t, Words>> modes_;
   std::map<Words, Id> types_, constants_;
   std::map<Id, std::pair<int, bool>> scalar_types_;  // width, is_float
   std::vector<Function> stack_;                       // functions being built, innermost last
