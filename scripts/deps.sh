@@ -17,6 +17,7 @@ libopenblas-dev
 libtorch-dev
 zlib1g-dev
 dataset-fashion-mnist
+libvulkan-dev mesa-vulkan-drivers spirv-headers spirv-tools
 "
 # cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
 # (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
@@ -24,6 +25,8 @@ dataset-fashion-mnist
 # libopenblas-dev: the sgemm reference of `kiln bench` (dlopen'ed at run time; optional there).
 # libtorch-dev: the test oracle for op semantics and gradients (tests only; skipped when missing).
 # zlib1g-dev: gzipped IDX files.  dataset-fashion-mnist: the data of `kiln train mnist` (make demo).
+# libvulkan-dev, spirv-headers: Vulkan and SPIR-V headers (the loader is dlopen'ed at run time);
+# mesa-vulkan-drivers: lavapipe, the VULKAN device on machines without a GPU; spirv-tools: spirv-val.
 
 missing=""
 for pkg in $PACKAGES; do
