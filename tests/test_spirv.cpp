@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "devices/device.h"
+#include "frontend/tensor.h"
 #include "helpers.h"
 #include "lower/renderers/spirv.h"
 #include "uop/alu.h"
@@ -405,4 +406,30 @@ TEST_CASE("spirv: long loops run to the end, or fail to compile where the driver
   if (vk->spec().arch.find("llvmpipe") == std::string::npos) return;
   // lavapipe ends an invocation's loops after 65535 iterations in all: a clear error, not wrong numbers.
   CHECK_THROWS_WITH(run(*vk, count_up(70000), {Bytes(70000 * 4)}), Contains("70000 loop iterations") && Contains("65535"));
+}
+
+TEST_CASE("spirv: lowered reductions (shared-memory GROUP opts where the heuristics pick them) and copies between devices", "[spirv]") {
+  Device* vk = vulkan();
+  if (!vk) return;
+  for (Shape shape : std::vector<Shape>{{1, 65536}, {3, 8192}, {64, 300}}) {
+    std::vector<float> v(static_cast<size_t>(shape[0] * shape[1]));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 37) % 23) - 11.0f;  // sums are exact
+    std::vector<float> got = Tensor::from_vector(v, shape, "VULKAN").sum({1}).to("CPU").to_vector<float>();
+    REQUIRE(got.size() == static_cast<size_t>(shape[0]));
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      double want = 0;
+      for (int64_t c = 0; c < shape[1]; ++c) want += v[static_cast<size_t>(r * shape[1] + c)];
+      INFO("shape " << shape[0] << "x" << shape[1] << " row " << r);
+      CHECK(got[static_cast<size_t>(r)] == want);
+    }
+  }
+  // Every pair of devices available here, through the host where needed.
+  std::vector<std::string> names;
+  for (const DeviceStatus& s : probe_devices())
+    if (s.available) names.push_back(s.name);
+  Tensor start = Tensor::from_vector<int32_t>({1, -2, 3, 40000}, {4}, "VULKAN");
+  for (const std::string& to : names) {
+    INFO("VULKAN -> " << to << " -> VULKAN");
+    CHECK((start.to(to) * 2).to("VULKAN").to_vector<int32_t>() == std::vector<int32_t>{2, -4, 6, 80000});
+  }
 }
