@@ -19,6 +19,7 @@ zlib1g-dev
 dataset-fashion-mnist
 ocl-icd-libopencl1
 pocl-opencl-icd
+libvulkan-dev mesa-vulkan-drivers spirv-headers spirv-tools
 "
 # cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
 # (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
@@ -28,6 +29,8 @@ pocl-opencl-icd
 # zlib1g-dev: gzipped IDX files.  dataset-fashion-mnist: the data of `kiln train mnist` (make demo).
 # ocl-icd-libopencl1, pocl-opencl-icd: the OpenCL ICD loader and PoCL, an OpenCL driver for any CPU, so
 # the OPENCL device (dlopen'ed; unavailable without them) runs its conformance suite everywhere.
+# libvulkan-dev, spirv-headers: Vulkan and SPIR-V headers (the loader is dlopen'ed at run time);
+# mesa-vulkan-drivers: lavapipe, the VULKAN device on machines without a GPU; spirv-tools: spirv-val.
 
 missing=""
 for pkg in $PACKAGES; do

@@ -80,6 +80,9 @@ const std::vector<KnobInfo>& Config::knobs() {
       {"fuzz", "KILN_FUZZ", "1", "multiplier for randomized test counts, for longer local runs",
        [](const Config& c) { return std::to_string(c.fuzz); },
        [](Config& c, std::string_view src, std::string_view text) { c.fuzz = parse_int(src, text, 1, INT_MAX); }},
+      {"spirv_val", "KILN_SPIRV_VAL", "0", "VULKAN checks every SPIR-V module it compiles with spirv-val (0/1/true/false)",
+       [](const Config& c) { return std::string(c.spirv_val ? "1" : "0"); },
+       [](Config& c, std::string_view src, std::string_view text) { c.spirv_val = parse_bool(src, text); }},
   };
   return list;
 }

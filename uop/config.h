@@ -35,6 +35,7 @@ struct Config {
   std::string cache_dir;  // KILN_CACHE_DIR; from_env fills the default ($XDG_CACHE_HOME/kiln, $HOME/.cache/kiln, /tmp/kiln-cache)
   bool jit = true;        // KILN_JIT: 0/1/true/false
   int fuzz = 1;           // KILN_FUZZ: multiplier for randomized test counts (longer local runs), >= 1
+  bool spirv_val = false; // KILN_SPIRV_VAL: the VULKAN device runs spirv-val on every module it compiles
 
   // Reads the KILN_* variables; an unset or blank variable keeps its default. Throws Error on a bad value.
   static Config from_env();

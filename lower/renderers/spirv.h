@@ -10,6 +10,10 @@
 
 namespace kiln {
 
+// Each module carries an OpModuleProcessed "kiln.loop_iterations <n>": an upper bound of the loop
+// iterations one invocation runs (from the loop bounds' value ranges), for drivers that cap them.
+inline constexpr const char* kLoopIterationsNote = "kiln.loop_iterations ";
+
 std::string render_spirv(const std::string& name, const std::vector<UOpPtr>& linear, size_t num_buffers,
                          const std::vector<UOpPtr>& vars);
 

@@ -1,0 +1,255 @@
+#include "lower/renderers/spirv_math.h"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "uop/error.h"
+
+namespace kiln {
+
+using SOp = spv::Op;  // SPIR-V opcodes (SOp::OpFAdd); kiln's ops stay kiln::Op
+using Id = SpirvMath::Id;
+
+namespace {
+
+// Keys of helper functions beyond the math ops (which use their Op value).
+enum Helper : int { kHalfToFloat = 1000, kFloatToHalf, kBf16ToFloat, kFloatToBf16 };
+
+int mantissa_bits(int width) { return width == 32 ? 23 : 52; }
+int exponent_bias(int width) { return width == 32 ? 127 : 1023; }
+
+// pi/2 to the precision of long double (64 bits on x86), from its decimal expansion.
+constexpr long double kHalfPi = 1.57079632679489661923132169163975144209858L;
+constexpr long double kLn2 = 0.693147180559945309417232121458176568075500L;
+
+// v with only its `bits` leading significant bits kept (truncated): k * part is then exact for small k.
+long double leading_bits(long double v, int bits) {
+  int e = 0;
+  std::frexp(v, &e);
+  return std::ldexp(std::floor(std::ldexp(v, bits - e)), e - bits);
+}
+
+}  // namespace
+
+Id SpirvMath::fc(int width, double value) {
+  if (width == 32) return m_.constant(f(32), std::bit_cast<uint32_t>(static_cast<float>(value)));
+  return m_.constant(f(64), std::bit_cast<uint64_t>(value));
+}
+
+Id SpirvMath::horner(Id x, const std::vector<long double>& coefficients, int width) {
+  Id acc = fc(width, static_cast<double>(coefficients.back()));
+  for (size_t i = coefficients.size() - 1; i-- > 0;)
+    acc = bin(SOp::OpFAdd, f(width), bin(SOp::OpFMul, f(width), acc, x), fc(width, static_cast<double>(coefficients[i])));
+  return acc;
+}
+
+Id SpirvMath::pow2i(Id k, int width) {
+  Id biased = m_.op(SOp::OpBitcast, u(32), {bin(SOp::OpIAdd, s(32), k, m_.constant(s(32), exponent_bias(width)))});
+  if (width == 64) biased = m_.op(SOp::OpUConvert, u(64), {biased});
+  Id bits = bin(SOp::OpShiftLeftLogical, u(width), biased, uc(32, mantissa_bits(width)));
+  return m_.op(SOp::OpBitcast, f(width), {bits});
+}
+
+// 2^x = 2^n * 2^r with n = round(x), |r| <= 1/2; 2^r = e^(r ln2) by its Taylor series (the omitted
+// term is below 1e-8 for float32 and 5e-18 for float64). 2^n is applied in two halves, so subnormal
+// results round once and n never leaves the exponent range.
+Id SpirvMath::exp2_body(Id x, int width) {
+  Id t = f(width);
+  double hi = width == 32 ? 128 : 1024, lo = width == 32 ? -150 : -1075;
+  Id in_range = m_.op(SOp::OpLogicalAnd, m_.type_bool(), {cmp(SOp::OpFOrdLessThan, x, fc(width, hi)),
+                                                         cmp(SOp::OpFOrdGreaterThan, x, fc(width, lo))});
+  Id xs = select(t, in_range, x, fc(width, 0));
+  Id n = m_.glsl(GLSLstd450RoundEven, t, {xs});
+  Id r = bin(SOp::OpFSub, t, xs, n);
+  std::vector<long double> c{1.0L};
+  for (int k = 1; k <= (width == 32 ? 7 : 13); ++k) c.push_back(c.back() * kLn2 / k);
+  Id p = horner(r, c, width);
+  Id ni = m_.op(SOp::OpConvertFToS, s(32), {n});
+  Id half = bin(SOp::OpSDiv, s(32), ni, m_.constant(s(32), 2));
+  Id value = bin(SOp::OpFMul, t, bin(SOp::OpFMul, t, p, pow2i(half, width)), pow2i(bin(SOp::OpISub, s(32), ni, half), width));
+  value = select(t, cmp(SOp::OpFOrdGreaterThanEqual, x, fc(width, hi)), fc(width, INFINITY), value);
+  value = select(t, cmp(SOp::OpFOrdLessThanEqual, x, fc(width, lo)), fc(width, 0), value);
+  return select(t, m_.op(SOp::OpIsNan, m_.type_bool(), {x}), x, value);
+}
+
+// log2(x) = e + log2(m) with m in [sqrt(1/2), sqrt(2)); ln(m) = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172,
+// by its series in s^2. Subnormal inputs are scaled into the normal range first.
+Id SpirvMath::log2_body(Id x, int width) {
+  Id t = f(width), b = m_.type_bool();
+  int mb = mantissa_bits(width), scale = width == 32 ? 24 : 54;
+  Id tiny = cmp(SOp::OpFOrdLessThan, x, fc(width, std::ldexp(1.0, 1 - exponent_bias(width))));
+  Id xs = select(t, tiny, bin(SOp::OpFMul, t, x, fc(width, std::ldexp(1.0, scale))), x);
+  Id bits = m_.op(SOp::OpBitcast, u(width), {xs});
+  Id e = m_.op(SOp::OpConvertUToF, t, {bin(SOp::OpShiftRightLogical, u(width), bits, uc(32, mb))});
+  e = bin(SOp::OpFSub, t, e, select(t, tiny, fc(width, exponent_bias(width) + scale), fc(width, exponent_bias(width))));
+  uint64_t mantissa_mask = (uint64_t{1} << mb) - 1, one = uint64_t(exponent_bias(width)) << mb;
+  Id m = m_.op(SOp::OpBitcast, t, {bin(SOp::OpBitwiseOr, u(width), bin(SOp::OpBitwiseAnd, u(width), bits, uc(width, mantissa_mask)),
+                                      uc(width, one))});
+  Id big = cmp(SOp::OpFOrdGreaterThan, m, fc(width, std::sqrt(2.0)));
+  m = select(t, big, bin(SOp::OpFMul, t, m, fc(width, 0.5)), m);
+  e = select(t, big, bin(SOp::OpFAdd, t, e, fc(width, 1)), e);
+  Id sv = bin(SOp::OpFDiv, t, bin(SOp::OpFSub, t, m, fc(width, 1)), bin(SOp::OpFAdd, t, m, fc(width, 1)));
+  std::vector<long double> c;
+  for (int k = 0; k <= (width == 32 ? 5 : 11); ++k) c.push_back(1.0L / (2 * k + 1));
+  Id series = horner(bin(SOp::OpFMul, t, sv, sv), c, width);
+  Id ln_m = bin(SOp::OpFMul, t, bin(SOp::OpFMul, t, sv, fc(width, 2)), series);
+  Id value = bin(SOp::OpFAdd, t, e, bin(SOp::OpFMul, t, ln_m, fc(width, static_cast<double>(1.0L / kLn2))));
+  value = select(t, cmp(SOp::OpFOrdEqual, x, fc(width, 0)), fc(width, -INFINITY), value);
+  value = select(t, cmp(SOp::OpFOrdLessThan, x, fc(width, 0)), fc(width, NAN), value);
+  value = select(t, cmp(SOp::OpFOrdEqual, x, fc(width, INFINITY)), x, value);
+  (void)b;
+  return select(t, m_.op(SOp::OpIsNan, m_.type_bool(), {x}), x, value);
+}
+
+// sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 in three parts (Cody-Waite: k*part is exact
+// for |k| below 2^12 / 2^21), then sin or cos of r by Taylor series on |r| <= pi/4, picked and signed
+// by k mod 4. inf and NaN give NaN.
+Id SpirvMath::sin_body(Id x, int width) {
+  Id t = f(width), b = m_.type_bool();
+  int part_bits = width == 32 ? 12 : 32;
+  long double p1 = leading_bits(kHalfPi, part_bits), p2 = leading_bits(kHalfPi - p1, part_bits);
+  long double p3 = kHalfPi - p1 - p2;
+  Id finite = cmp(SOp::OpFOrdLessThan, m_.glsl(GLSLstd450FAbs, t, {x}), fc(width, INFINITY));
+  Id xs = select(t, finite, x, fc(width, 0));
+  Id k = m_.glsl(GLSLstd450RoundEven, t, {bin(SOp::OpFMul, t, xs, fc(width, static_cast<double>(1.0L / kHalfPi)))});
+  Id r = xs;
+  for (long double part : {p1, p2, p3}) r = bin(SOp::OpFSub, t, r, bin(SOp::OpFMul, t, k, fc(width, static_cast<double>(part))));
+  Id quarter = m_.glsl(GLSLstd450Floor, t, {bin(SOp::OpFMul, t, k, fc(width, 0.25))});
+  Id q = m_.op(SOp::OpConvertFToS, s(32), {bin(SOp::OpFSub, t, k, bin(SOp::OpFMul, t, quarter, fc(width, 4)))});
+  Id z = bin(SOp::OpFMul, t, r, r);
+  std::vector<long double> sin_c, cos_c;
+  long double term = 1.0L;
+  for (int n = 1; n <= (width == 32 ? 10 : 16); ++n) {  // term = 1/n!, alternating signs
+    term /= n;
+    long double signed_term = ((n / 2) % 2 == 0 ? 1 : -1) * term;
+    (n % 2 ? sin_c : cos_c).push_back(signed_term);
+  }
+  Id sin_r = bin(SOp::OpFAdd, t, r, bin(SOp::OpFMul, t, bin(SOp::OpFMul, t, r, z), horner(z, {sin_c.begin() + 1, sin_c.end()}, width)));
+  Id cos_r = bin(SOp::OpFAdd, t, fc(width, 1), bin(SOp::OpFMul, t, z, horner(z, cos_c, width)));
+  auto bit_set = [&](uint32_t mask) {
+    return cmp(SOp::OpINotEqual, bin(SOp::OpBitwiseAnd, s(32), q, m_.constant(s(32), mask)), m_.constant(s(32), 0));
+  };
+  Id value = select(t, bit_set(1), cos_r, sin_r);
+  value = select(t, bit_set(2), m_.op(SOp::OpFNegate, t, {value}), value);
+  (void)b;
+  return select(t, finite, value, fc(width, NAN));
+}
+
+// pow as C's pow: |x|^y = exp2(y log2|x|), negated for x < 0 (or -0) and odd integer y, NaN for x < 0
+// and non-integer y; pow(x, 0) = pow(1, y) = 1 even for NaN, pow(-1, +-inf) = 1.
+Id SpirvMath::pow_body(Id x, Id y, int width) {
+  Id t = f(width), b = m_.type_bool();
+  Id ax = m_.glsl(GLSLstd450FAbs, t, {x});
+  Id value = call(kiln::Op::EXP2, width, {bin(SOp::OpFMul, t, y, call(kiln::Op::LOG2, width, {ax}))});
+  Id y_int = cmp(SOp::OpFOrdEqual, m_.glsl(GLSLstd450Trunc, t, {y}), y);
+  Id half_y = bin(SOp::OpFMul, t, y, fc(width, 0.5));
+  Id y_odd = m_.op(SOp::OpLogicalAnd, b, {y_int, cmp(SOp::OpFOrdNotEqual, m_.glsl(GLSLstd450Trunc, t, {half_y}), half_y)});
+  Id negative = cmp(SOp::OpSLessThan, m_.op(SOp::OpBitcast, s(width), {x}), m_.constant(s(width), 0));  // the sign bit
+  value = select(t, m_.op(SOp::OpLogicalAnd, b, {negative, y_odd}), m_.op(SOp::OpFNegate, t, {value}), value);
+  Id bad = m_.op(SOp::OpLogicalAnd, b, {cmp(SOp::OpFOrdLessThan, x, fc(width, 0)), m_.op(SOp::OpLogicalNot, b, {y_int})});
+  value = select(t, bad, fc(width, NAN), value);
+  Id unit_inf = m_.op(SOp::OpLogicalAnd, b, {cmp(SOp::OpFOrdEqual, ax, fc(width, 1)), m_.op(SOp::OpIsInf, b, {y})});
+  Id one = m_.op(SOp::OpLogicalOr, b, {unit_inf, m_.op(SOp::OpLogicalOr, b, {cmp(SOp::OpFOrdEqual, x, fc(width, 1)),
+                                                                         cmp(SOp::OpFOrdEqual, y, fc(width, 0))})});
+  return select(t, one, fc(width, 1), value);
+}
+
+// float16 bits -> float32: subnormals through an exact multiply, inf/NaN keep their payload.
+Id SpirvMath::half_to_float_body(Id h) {
+  Id u32 = u(32);
+  Id hu = m_.op(SOp::OpUConvert, u32, {h});
+  auto and_ = [&](Id a, uint32_t mask) { return bin(SOp::OpBitwiseAnd, u32, a, uc(32, mask)); };
+  auto shl = [&](Id a, uint32_t by) { return bin(SOp::OpShiftLeftLogical, u32, a, uc(32, by)); };
+  auto or_ = [&](Id a, Id c) { return bin(SOp::OpBitwiseOr, u32, a, c); };
+  Id sign = shl(and_(hu, 0x8000u), 16);
+  Id e = and_(bin(SOp::OpShiftRightLogical, u32, hu, uc(32, 10)), 0x1fu), mant = and_(hu, 0x3ffu);
+  Id sub = m_.op(SOp::OpBitcast, u32, {bin(SOp::OpFMul, f(32), m_.op(SOp::OpConvertUToF, f(32), {mant}), fc(32, 0x1p-24))});
+  Id special = or_(or_(sign, uc(32, 0x7f800000u)), shl(mant, 13));
+  Id normal = or_(or_(sign, shl(bin(SOp::OpIAdd, u32, e, uc(32, 112)), 23)), shl(mant, 13));
+  Id bits = select(u32, cmp(SOp::OpIEqual, e, uc(32, 0)), or_(sub, sign),
+                   select(u32, cmp(SOp::OpIEqual, e, uc(32, 31)), special, normal));
+  return m_.op(SOp::OpBitcast, f(32), {bits});
+}
+
+// float32 -> float16 bits, rounding to nearest even: subnormal results by an exact scale and
+// RoundEven, normal ones by adding the rounding bias to the bits.
+Id SpirvMath::float_to_half_body(Id x) {
+  Id u32 = u(32);
+  auto and_ = [&](Id a, uint32_t mask) { return bin(SOp::OpBitwiseAnd, u32, a, uc(32, mask)); };
+  auto shr = [&](Id a, uint32_t by) { return bin(SOp::OpShiftRightLogical, u32, a, uc(32, by)); };
+  auto or_ = [&](Id a, Id c) { return bin(SOp::OpBitwiseOr, u32, a, c); };
+  Id bits = m_.op(SOp::OpBitcast, u32, {x});
+  Id sign = and_(shr(bits, 16), 0x8000u), a = and_(bits, 0x7fffffffu);
+  Id nan = or_(or_(sign, uc(32, 0x7e00u)), and_(shr(a, 13), 0x3ffu));
+  Id inf = or_(sign, uc(32, 0x7c00u));
+  Id scaled = bin(SOp::OpFMul, f(32), m_.op(SOp::OpBitcast, f(32), {a}), fc(32, 16777216.0));
+  Id sub = or_(sign, m_.op(SOp::OpConvertFToU, u32, {m_.glsl(GLSLstd450RoundEven, f(32), {scaled})}));
+  Id mm = bin(SOp::OpISub, u32, a, uc(32, 0x38000000u));
+  Id normal = or_(sign, shr(bin(SOp::OpIAdd, u32, bin(SOp::OpIAdd, u32, mm, uc(32, 0x0fffu)), and_(shr(mm, 13), 1)), 13));
+  Id r = select(u32, cmp(SOp::OpULessThan, a, uc(32, 0x38800000u)), sub, normal);
+  r = select(u32, cmp(SOp::OpUGreaterThanEqual, a, uc(32, 0x477ff000u)), inf, r);
+  r = select(u32, cmp(SOp::OpUGreaterThan, a, uc(32, 0x7f800000u)), nan, r);
+  return m_.op(SOp::OpUConvert, u(16), {r});
+}
+
+void SpirvMath::build(int key, int width, const std::vector<Id>& p) {
+  Id result = 0;
+  switch (key) {
+    case static_cast<int>(kiln::Op::EXP2): result = exp2_body(p[0], width); break;
+    case static_cast<int>(kiln::Op::LOG2): result = log2_body(p[0], width); break;
+    case static_cast<int>(kiln::Op::SIN): result = sin_body(p[0], width); break;
+    case static_cast<int>(kiln::Op::POW): result = pow_body(p[0], p[1], width); break;
+    case static_cast<int>(kiln::Op::SQRT): {
+      Id t = f(width), root = m_.glsl(GLSLstd450Sqrt, t, {p[0]});
+      result = select(t, cmp(SOp::OpFOrdLessThan, p[0], fc(width, 0)), fc(width, NAN), root);
+      break;
+    }
+    case kHalfToFloat: result = half_to_float_body(p[0]); break;
+    case kFloatToHalf: result = float_to_half_body(p[0]); break;
+    case kBf16ToFloat:
+      result = m_.op(SOp::OpBitcast, f(32), {bin(SOp::OpShiftLeftLogical, u(32), m_.op(SOp::OpUConvert, u(32), {p[0]}), uc(32, 16))});
+      break;
+    case kFloatToBf16: {  // round to nearest even on the bits; a NaN stays a (quiet) NaN
+      Id u32 = u(32), bits = m_.op(SOp::OpBitcast, u32, {p[0]});
+      Id high = bin(SOp::OpShiftRightLogical, u32, bits, uc(32, 16));
+      Id rounded = bin(SOp::OpShiftRightLogical, u32,
+                       bin(SOp::OpIAdd, u32, bin(SOp::OpIAdd, u32, bits, uc(32, 0x7fffu)), bin(SOp::OpBitwiseAnd, u32, high, uc(32, 1))),
+                       uc(32, 16));
+      Id nan = cmp(SOp::OpUGreaterThan, bin(SOp::OpBitwiseAnd, u32, bits, uc(32, 0x7fffffffu)), uc(32, 0x7f800000u));
+      result = m_.op(SOp::OpUConvert, u(16), {select(u32, nan, bin(SOp::OpBitwiseOr, u32, high, uc(32, 0x40u)), rounded)});
+      break;
+    }
+    default: throw_internal("SpirvMath builds the helpers it declares", std::to_string(key), __FILE__, __LINE__);
+  }
+  m_.op_void(SOp::OpReturnValue, {result});
+}
+
+Id SpirvMath::helper(int key, int width, int arity, Id arg_type, Id result_type) {
+  auto [it, added] = functions_.emplace(std::make_pair(key, width), 0);
+  if (!added) return it->second;
+  std::vector<Id> params;
+  it->second = m_.begin_function(result_type, std::vector<Id>(static_cast<size_t>(arity), arg_type), &params);
+  build(key, width, params);
+  m_.end_function();
+  return it->second;
+}
+
+Id SpirvMath::call(Op op, int width, const std::vector<Id>& args) {
+  KILN_ASSERT(width == 32 || width == 64, "SpirvMath works on float32 and float64");
+  Id fn = helper(static_cast<int>(op), width, static_cast<int>(args.size()), f(width), f(width));
+  SpirvModule::Words operands{fn};
+  operands.insert(operands.end(), args.begin(), args.end());
+  return m_.op(SOp::OpFunctionCall, f(width), operands);
+}
+
+Id SpirvMath::half_to_float(Id bits) {
+  return m_.op(SOp::OpFunctionCall, f(32), {helper(kHalfToFloat, 32, 1, u(16), f(32)), bits});
+}
+Id SpirvMath::float_to_half(Id x) { return m_.op(SOp::OpFunctionCall, u(16), {helper(kFloatToHalf, 32, 1, f(32), u(16)), x}); }
+Id SpirvMath::bf16_to_float(Id bits) {
+  return m_.op(SOp::OpFunctionCall, f(32), {helper(kBf16ToFloat, 32, 1, u(16), f(32)), bits});
+}
+Id SpirvMath::float_to_bf16(Id x) { return m_.op(SOp::OpFunctionCall, u(16), {helper(kFloatToBf16, 32, 1, f(32), u(16)), x}); }
+
+}  // namespace kiln

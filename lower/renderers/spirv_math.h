@@ -1,0 +1,61 @@
+// Helper functions of a SPIR-V module: the float math kiln's IR needs, written in plain SPIR-V
+// arithmetic, and the conversions of the narrow float types (held as their 16 bits).
+//
+//   SpirvMath math(module);
+//   Id y = math.call(Op::EXP2, 64, {x});        // an OpFunctionCall; the function is made on first use
+//   Id f = math.half_to_float(bits);             // float16 bits (uint16) -> float32
+//
+// Why not GLSL.std.450: its Exp2/Log2/Sin/Pow take 16- and 32-bit floats only, Vulkan allows them
+// errors far beyond kiln's tests (Sin: 2^-11 absolute), and Pow is undefined for x < 0. These are
+// Cody-Waite reductions and Taylor polynomials with enough terms for 32- or 64-bit results (about
+// 1-2 ulp; sin reduces exactly for |x| below ~6e3 in float32 and ~3e6 in float64, and loses precision
+// gradually beyond). Each is branch-free and follows C's special cases (NaN, inf, signed zero).
+#pragma once
+#include <map>
+#include <utility>
+
+#include "lower/renderers/spirv_module.h"
+#include "uop/ops.h"
+
+namespace kiln {
+
+class SpirvMath {
+ public:
+  using Id = SpirvModule::Id;
+  explicit SpirvMath(SpirvModule& m) : m_(m) {}
+
+  // EXP2, LOG2, SIN, SQRT (NaN below 0) of one argument, POW of two; width 32 or 64.
+  Id call(Op op, int width, const std::vector<Id>& args);
+
+  Id half_to_float(Id bits);  // uint16 -> float32, exact
+  Id float_to_half(Id x);     // float32 -> uint16, round to nearest even (NaN stays NaN, overflow -> inf)
+  Id bf16_to_float(Id bits);
+  Id float_to_bf16(Id x);
+
+ private:
+  Id helper(int key, int width, int arity, Id arg_type, Id result_type);
+  void build(int key, int width, const std::vector<Id>& params);
+  Id exp2_body(Id x, int width);
+  Id log2_body(Id x, int width);
+  Id sin_body(Id x, int width);
+  Id pow_body(Id x, Id y, int width);
+  Id half_to_float_body(Id h);
+  Id float_to_half_body(Id x);
+
+  // Small builders on the module, in the float type of `width` (and its integer types).
+  Id f(int width) { return m_.type_float(width); }
+  Id u(int width) { return m_.type_int(width, false); }
+  Id s(int width) { return m_.type_int(width, true); }
+  Id fc(int width, double value);
+  Id uc(int width, uint64_t value) { return m_.constant(u(width), value); }
+  Id bin(spv::Op op, Id type, Id a, Id b) { return m_.op(op, type, {a, b}); }
+  Id cmp(spv::Op op, Id a, Id b) { return m_.op(op, m_.type_bool(), {a, b}); }
+  Id select(Id type, Id c, Id a, Id b) { return m_.op(spv::Op::OpSelect, type, {c, a, b}); }
+  Id horner(Id x, const std::vector<long double>& coefficients, int width);  // c0 + x*(c1 + x*(...))
+  Id pow2i(Id k, int width);  // 2^k as a float of `width`, for an int32 k in the normal exponent range
+
+  SpirvModule& m_;
+  std::map<std::pair<int, int>, Id> functions_;  // (key, width) -> function id
+};
+
+}  // namespace kiln
