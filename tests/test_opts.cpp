@@ -89,8 +89,16 @@ std::vector<std::pair<std::string, ScheduleItem>> kernels() {
   return out;
 }
 
+// CPU and REF, and every GPU-style device that is available here (LOCAL, GROUP and GROUPTOP apply there).
+std::vector<std::string> opt_devices() {
+  std::vector<std::string> out{"CPU", "REF"};
+  for (const DeviceStatus& status : probe_devices())
+    if (status.available && get_device(status.name).spec().max_local > 0) out.push_back(status.name);
+  return out;
+}
+
 TEST_CASE("every single opt of the action space gives the default kernel's result on REF", "[opts]") {
-  for (const char* device : {"CPU", "REF"}) {
+  for (const std::string& device : opt_devices()) {
     for (auto& [name, item] : kernels()) {
       INFO(device << " " << name << ": " << str(item.ast->src[0]));
       std::vector<float> want = run_kernel(item, "REF", nullptr);
