@@ -40,6 +40,9 @@ struct BinaryCache {
 };
 const BinaryCache kBinaryCaches[] = {
     {"compile", "CPU compiled kernels: shared objects keyed by a hash of the C source and the compiler fingerprint"},
+    {"opencl", "OPENCL program binaries keyed by the source, platform, device, driver and build options"},
+    {"cuda", "CUDA cubins/PTX keyed by the source, NVRTC version and target arch"},
+    {"vulkan", "VULKAN pipeline cache (VkPipelineCache data)"},
 };
 
 std::string size_text(uintmax_t bytes) {
