@@ -377,27 +377,51 @@ class OptApplier {
       dims.local[d] = size;
       replace[locals[d].get()] = special("lidx", static_cast<int>(d), size, locals[d]->dtype);
     }
-    // Workgroup ids: dims 0 and 1 one loop each, dim 2 the rest (div/mod of one id).
-    for (size_t d = 0; d < globals.size() && d < 2; ++d) {
-      int64_t size = globals[d]->end()->vmax();
-      if (size > spec_.max_global_dims[d])
-        return cat("the launch grid needs ", size, " workgroups in dimension ", d, "; ", spec_.name, " allows ",
-                   spec_.max_global_dims[d]);
-      dims.global[d] = size;
-      replace[globals[d].get()] = special("gidx", static_cast<int>(d), size, globals[d]->dtype);
+    // A loop with more iterations than its dimension allows is split in two (r = hi*n + lo, n the
+    // largest divisor that fits) while a dimension is free.
+    for (size_t d = 0; d < globals.size() && d < 2 && globals.size() < 3; ++d) {
+      const UOpPtr r = globals[d];
+      int64_t size = r->end()->vmax(), most = spec_.max_global_dims[d];
+      if (size <= most) continue;
+      int64_t n = most;
+      while (n > 1 && size % n != 0) --n;
+      if (n < 2 || size / n > spec_.max_global_dims[d + 1]) continue;
+      UOpPtr lo = range(next_id_++, const_int(n, r->dtype)), hi = range(r->axis_id(), const_int(size / n, r->dtype));
+      sink_ = substitute(sink_, {{r.get(), hi * const_int(n, r->dtype) + lo}});
+      globals[d] = lo;
+      globals.insert(globals.begin() + static_cast<std::ptrdiff_t>(d) + 1, hi);
     }
-    if (globals.size() > 2) {
-      int64_t total = 1;
-      for (size_t j = 2; j < globals.size(); ++j) total *= globals[j]->end()->vmax();
-      if (total > spec_.max_global_dims[2])
-        return cat("the launch grid needs ", total, " workgroups in dimension 2; ", spec_.name, " allows ", spec_.max_global_dims[2]);
-      dims.global[2] = total;
-      UOpPtr id = special("gidx", 2, total, globals[2]->dtype);
-      int64_t stride = 1;
-      for (size_t j = 2; j < globals.size(); ++j) {  // innermost first: the fastest-varying part of the id
-        int64_t size = globals[j]->end()->vmax();
-        replace[globals[j].get()] = (id / const_int(stride, id->dtype)) % const_int(size, id->dtype);
-        stride *= size;
+    // Workgroup ids: dims 0 and 1 one loop each, dim 2 the rest (div/mod of one id). A loop that still
+    // does not fit stays a loop inside the kernel.
+    std::vector<UOpPtr> grid;
+    for (const UOpPtr& r : globals) {
+      size_t d = std::min<size_t>(grid.size(), 2);
+      if (d < 2 && r->end()->vmax() > spec_.max_global_dims[d]) continue;
+      grid.push_back(r);
+    }
+    for (size_t d = 0; d < grid.size() && d < 2; ++d) {
+      int64_t size = grid[d]->end()->vmax();
+      dims.global[d] = size;
+      replace[grid[d].get()] = special("gidx", static_cast<int>(d), size, grid[d]->dtype);
+    }
+    if (grid.size() > 2) {
+      std::vector<UOpPtr> rest(grid.begin() + 2, grid.end());
+      auto product = [&] {
+        int64_t total = 1;
+        for (const UOpPtr& r : rest) total *= r->end()->vmax();
+        return total;
+      };
+      while (!rest.empty() && product() > spec_.max_global_dims[2]) rest.pop_back();  // the outermost stay loops
+      if (!rest.empty()) {
+        int64_t total = product();
+        dims.global[2] = total;
+        UOpPtr id = special("gidx", 2, total, rest[0]->dtype);
+        int64_t stride = 1;
+        for (const UOpPtr& r : rest) {  // innermost first: the fastest-varying part of the id
+          int64_t size = r->end()->vmax();
+          replace[r.get()] = (id / const_int(stride, id->dtype)) % const_int(size, id->dtype);
+          stride *= size;
+        }
       }
     }
     sink_ = graph_rewrite(substitute(sink_, replace), pm_symbolic());

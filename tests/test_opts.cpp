@@ -245,5 +245,23 @@ TEST_CASE("GPU-style lowering: LOCAL and GROUP map to work-item ids, shared memo
   }
 }
 
+TEST_CASE("GPU-style lowering splits a loop longer than a grid dimension allows", "[opts]") {
+  DeviceSpec gpu = fake_gpu_spec();
+  gpu.max_global_dims = {1000, 1000, 1000};
+  Tensor x = Tensor::rand({1 << 20}).realize();
+  Schedule s = Tensor::schedule({x * 2.0 + 1.0});
+  REQUIRE(s.items.size() == 1);
+  Lowering l = lower_with_opts(s.items[0].ast, gpu, heuristic_opts(s.items[0].ast, gpu));
+  INFO(l.rejected);
+  REQUIRE(l.kernel);
+  int64_t items = 1;
+  for (int d = 0; d < 3; ++d) {
+    CHECK(l.kernel->dims.global[d] <= 1000);
+    items *= l.kernel->dims.global[d] * l.kernel->dims.local[d];
+  }
+  CHECK(items == (1 << 20));
+}
+
+
 }  // namespace
 }  // namespace kiln
