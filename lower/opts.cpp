@@ -611,6 +611,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     int last_reduce = static_cast<int>(axes.size()) - 1;
     bool group = reduces && sink->src.size() == 1 && axes[last_reduce].kind == AxisKind::Reduce && outs <= 16384 &&
                  remaining[last_reduce] >= 64;
+    const int64_t total = budget;
     if (group) budget = std::min<int64_t>(budget, 16);
     for (size_t j = outputs.size(); j-- > 0 && budget > 1;) {
       int64_t n = pow2_divisor(remaining[outputs[j]], std::min<int64_t>({budget, j + 1 == outputs.size() ? 64 : budget,
@@ -622,7 +623,10 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       if (opts.back().axis != outputs.back()) break;  // two local axes at most
     }
     if (group) {
-      int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({budget, 256, spec.max_local_dims[0]}));
+      int64_t used = 1;  // work-items the LOCALs above took
+      for (const Opt& o : opts)
+        if (o.op == OptOp::LOCAL) used *= o.amount;
+      int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({total / used, spec.max_local_dims[0]}));
       if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
     }
   } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {
