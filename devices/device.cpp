@@ -4,6 +4,17 @@
 #include <sstream>
 
 namespace kiln {
+
+const char* language_name(Language lang) {
+  switch (lang) {
+    case Language::C: return "C";
+    case Language::OpenCL: return "OpenCL C";
+    case Language::CUDA: return "CUDA C";
+    case Language::SPIRV: return "SPIR-V";
+    case Language::UOps: return "linear UOps";
+  }
+  return "?";
+}
 namespace {
 
 // "   7 | x = y;" for every line, so a compiler's "k.c:7:3: error" can be matched by eye.

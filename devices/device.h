@@ -30,6 +30,7 @@ namespace kiln {
 
 // The language a device's compile() takes.
 enum class Language { C, OpenCL, CUDA, SPIRV, UOps };
+const char* language_name(Language lang);  // "C", "OpenCL C", "CUDA C", "SPIR-V", "linear UOps"
 
 struct DeviceSpec {
   std::string name;             // "CPU"

@@ -22,8 +22,12 @@
 //                          0 <= lidx<d> < end == LaunchDims::local[d].
 //   DEFINE_LOCAL           (GPU-style) a workgroup-shared array: dtype ptr(element), arg the slot,
 //                          src[0] a CONST holding its number of elements.
-//   BARRIER                (GPU-style) every work-item of the workgroup waits here; shared-memory
-//                          writes before it are visible to reads after it.
+//   BARRIER(store...)      (GPU-style) every work-item of the workgroup waits here; shared-memory
+//                          writes before it are visible to reads after it. It is always at the top
+//                          level of the program (in no loop), so every work-item reaches it.
+//   LOAD(INDEX(local, i), BARRIER)  a shared-memory read ordered after the barrier (src[1] is not a gate).
+// GROUP/GROUPTOP (lower/opts.h) give: partial reduce -> STORE to DEFINE_LOCAL -> BARRIER -> a loop
+// reducing the partials -> STORE(..., gate lidx == 0).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -54,6 +58,12 @@ struct LoweredKernel {
   std::vector<Opt> opts;           // the opts it was lowered with
 };
 
-LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec);
+LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec);  // with heuristic_opts (lower/opts.h)
+
+namespace detail {
+std::string kernel_name(const UOpPtr& ast);  // "E_4096_16", "r_4096_4096"
+// Steps 3-6 for a kernel whose opts are applied; k holds the name, dims and opts so far.
+LoweredKernel finish_lowering(UOpPtr sink, const DeviceSpec& spec, LoweredKernel k);
+}  // namespace detail
 
 }  // namespace kiln

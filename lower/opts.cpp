@@ -1,6 +1,16 @@
 #include "lower/opts.h"
 
+#include <algorithm>
+#include <iostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "lower/linearize.h"
+#include "lower/upcast.h"
+#include "uop/config.h"
 #include "uop/error.h"
+#include "uop/rewrite.h"
+#include "uop/symbolic.h"
 
 namespace kiln {
 
@@ -51,14 +61,586 @@ std::optional<Opt> parse_opt(std::string_view text) {
 
 }  // namespace kiln
 
+
 namespace kiln {
 
-// Being written: explicit opts are rejected until the opt engine lands; the heuristics still apply.
-Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts) {
-  if (!opts.empty()) return {std::nullopt, "explicit opts are not implemented yet"};
-  return {lower_kernel(ast, spec), ""};
+namespace {
+
+enum class AxisKind { Output, Reduce };
+
+struct Axis {
+  UOpPtr range;            // the loop that is left of the axis (its size shrinks as opts take factors)
+  AxisKind kind;
+  UOpPtr local = nullptr;  // LOCAL, GROUP: the range that becomes a work-item id
+  bool upcast = false, padded = false, split = false;
+};
+
+bool is_gpu(const DeviceSpec& spec) { return spec.max_local > 0; }
+
+// Whether u's value changes with the loop r.
+bool depends_on(const UOpPtr& u, const UOpPtr& r) {
+  for (const UOpPtr& n : toposort(u))
+    if (n == r) return true;
+  return false;
 }
-std::vector<Opt> heuristic_opts(const UOpPtr&, const DeviceSpec&) { return {}; }
-std::vector<Opt> action_space(const UOpPtr&, const DeviceSpec&, std::span<const Opt>) { return {}; }
+
+// The lanes of a vector of `element` that fill the device's vector register, clamped to 2..16.
+int64_t register_lanes(DType element, const DeviceSpec& spec) {
+  if (spec.vector_bytes <= 0) return 0;
+  return std::clamp<int64_t>(spec.vector_bytes / static_cast<int64_t>(element.itemsize()), 2, 16);
+}
+
+// Whether vector loads serve the loads along r: every load that moves with r walks memory
+// contiguously (loads that do not move are broadcast), and at least one moves.
+bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r) {
+  bool moves = false;
+  for (const UOpPtr& u : toposort(sink)) {
+    if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
+    std::optional<int64_t> stride = index_stride(u->src[0]->src[1], r);
+    if (stride != 0 && stride != 1) return false;
+    moves |= stride == 1;
+  }
+  return moves;
+}
+
+// Whether some load does not move along r (stride 0): its value is reused by every copy of r's
+// body, so unrolling r into a register tile saves loads.
+bool reused_along(const UOpPtr& sink, const UOpPtr& r) {
+  for (const UOpPtr& u : toposort(sink))
+    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) == 0) return true;
+  return false;
+}
+
+bool has_reduce(const UOpPtr& sink) {
+  for (const UOpPtr& u : toposort(sink))
+    if (u->op == Op::REDUCE) return true;
+  return false;
+}
+
+// Whether UPCAST(r, lanes) can become vector lanes: the device has vectors of that many elements, and
+// every store walks r contiguously with the lanes in one register (and, in a reduction, so do the loads).
+bool vector_eligible(const UOpPtr& sink, const UOpPtr& r, int64_t lanes, const DeviceSpec& spec) {
+  if (sink->src.empty()) return false;
+  DType element = sink->src[0]->src[1]->dtype;
+  int64_t most = register_lanes(element, spec);
+  if (most == 0 || lanes < 2 || lanes > most || (lanes & (lanes - 1)) != 0) return false;
+  for (const UOpPtr& store : sink->src)
+    if (store->op != Op::STORE || !is_contiguous(store->src[0]->src[1], r)) return false;
+  return !has_reduce(sink) || loads_contiguously(sink, r);
+}
+
+// UNROLL: the reduce loop r runs amount times fewer iterations, each folding `amount` values.
+UOpPtr unroll_reduce(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
+  UOpPtr outer = range(r->axis_id(), const_int(r->end()->vmax() / amount, r->dtype));
+  std::unordered_map<const UOp*, UOpPtr> replace;
+  for (const UOpPtr& u : toposort(sink)) {
+    if (u->op != Op::REDUCE) continue;
+    auto at = std::find(u->src.begin() + 1, u->src.end(), r);
+    if (at == u->src.end()) continue;
+    Op op = u->arg_as<Op>();
+    UOpPtr folded;
+    for (int64_t i = 0; i < amount; ++i) {
+      UOpPtr lane = graph_rewrite(substitute(u->src[0], {{r.get(), outer * const_int(amount, r->dtype) + const_int(i, r->dtype)}}),
+                                  pm_symbolic());
+      folded = folded ? UOp::make(op, u->dtype, {folded, lane}) : lane;
+    }
+    std::vector<UOpPtr> src{folded};
+    for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == r ? outer : u->src[j]);
+    replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+  }
+  return substitute(sink, replace);
+}
+
+// The gate g added to an optional existing gate.
+UOpPtr and_gate(const UOpPtr& existing, const UOpPtr& g) { return existing ? UOp::make(Op::AND, dtypes::bool_, {existing, g}) : g; }
+
+// PADTO: r (size n) runs to `padded`; loads and stores that move with it are masked to r < n, and a
+// reduction over it adds its identity for the extra iterations.
+UOpPtr pad_range(const UOpPtr& sink, const UOpPtr& r, int64_t padded, UOpPtr& out) {
+  int64_t n = r->end()->vmax();
+  out = range(r->axis_id(), const_int(padded, r->dtype));
+  UOpPtr s = substitute(sink, {{r.get(), out}});
+  UOpPtr valid = lt(out, const_int(n, r->dtype));
+  // One kind of node per pass: substitute() rebuilds a node whose sources changed, so a key for the
+  // old node would no longer match. Reductions first (their values hold the loads), then loads, then
+  // stores.
+  std::unordered_map<const UOp*, UOpPtr> replace;
+  for (const UOpPtr& u : toposort(s))
+    if (u->op == Op::REDUCE && std::find(u->src.begin() + 1, u->src.end(), out) != u->src.end()) {
+      std::vector<UOpPtr> src = u->src;
+      src[0] = where(valid, u->src[0], const_of(u->dtype, reduce_identity(u->arg_as<Op>(), u->dtype)));
+      replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+    }
+  s = substitute(s, replace);
+  replace.clear();
+  for (const UOpPtr& u : toposort(s)) {
+    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && depends_on(u->src[0], out)) {
+      UOpPtr alt = u->src.size() == 3 ? u->src[1] : const_of(u->dtype, int64_t{0});
+      UOpPtr gate = and_gate(u->src.size() == 3 ? u->src[2] : nullptr, valid);
+      replace[u.get()] = UOp::make(Op::LOAD, u->dtype, {u->src[0], alt, gate}, u->arg);
+    }
+  }
+  s = substitute(s, replace);
+  replace.clear();
+  for (const UOpPtr& u : s->src)
+    if (u->op == Op::STORE && depends_on(u->src[0], out))
+      replace[u.get()] = UOp::make(Op::STORE, u->dtype, {u->src[0], u->src[1], and_gate(u->src.size() == 3 ? u->src[2] : nullptr, valid)}, u->arg);
+  return substitute(s, replace);
+}
+
+class OptApplier {
+ public:
+  OptApplier(const UOpPtr& ast, const DeviceSpec& spec) : spec_(spec) {
+    sink_ = graph_rewrite(ast, pm_symbolic(), nullptr, "simplify");
+    std::vector<UOpPtr> outputs, reduces;
+    for (const UOpPtr& u : toposort(sink_)) {
+      if (u->op == Op::RANGE) next_id_ = std::max(next_id_, u->axis_id() + 1);
+      if (u->op == Op::STORE)
+        for (const UOpPtr& r : ranges_of(u->src[0]))
+          if (std::find(outputs.begin(), outputs.end(), r) == outputs.end()) outputs.push_back(r);
+      if (u->op == Op::REDUCE)
+        for (size_t i = 1; i < u->src.size(); ++i)
+          if (std::find(reduces.begin(), reduces.end(), u->src[i]) == reduces.end()) reduces.push_back(u->src[i]);
+    }
+    auto by_id = [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); };
+    std::sort(outputs.begin(), outputs.end(), by_id);
+    std::sort(reduces.begin(), reduces.end(), by_id);
+    for (const UOpPtr& r : outputs) axes_.push_back({r, AxisKind::Output});
+    for (const UOpPtr& r : reduces)
+      if (std::find(outputs.begin(), outputs.end(), r) == outputs.end()) axes_.push_back({r, AxisKind::Reduce});
+  }
+
+  const std::vector<Axis>& axes() const { return axes_; }
+  const UOpPtr& sink() const { return sink_; }
+
+  // Applies one opt, or says why it does not apply (and changes nothing then).
+  std::optional<std::string> apply(const Opt& o) {
+    auto reject = [&](const std::string& why) -> std::optional<std::string> { return cat(to_string(o), ": ", why); };
+    if (o.axis < 0 || o.axis >= static_cast<int>(axes_.size()))
+      return reject(cat("the kernel has ", axes_.size(), " axes (0..", static_cast<int>(axes_.size()) - 1, ")"));
+    Axis& a = axes_[o.axis];
+    int64_t size = a.range->end()->vmax();
+    bool output = a.kind == AxisKind::Output;
+    auto factor = [&](int64_t n) -> std::optional<std::string> {  // n divides the axis, and is at least 2
+      if (n < 2) return reject(cat("the amount must be at least 2 (0 takes the whole axis of ", size, ")"));
+      if (size % n != 0) return reject(cat("", n, " does not divide the axis's ", size, " iterations"));
+      return std::nullopt;
+    };
+    int64_t n = o.amount == 0 && o.op != OptOp::THREAD && o.op != OptOp::SWAP ? size : o.amount;
+    // A GROUP fixed where each work-item's partial result lives in shared memory: more copies of the
+    // reduction (UPCAST) or more work-items (LOCAL) after it would collide there.
+    if (grouped_ && (o.op == OptOp::UPCAST || o.op == OptOp::LOCAL || o.op == OptOp::PADTO))
+      return reject(cat(opt_op_name(o.op), " comes before GROUP"));
+    switch (o.op) {
+      case OptOp::UPCAST: {
+        if (!output) return reject("UPCAST takes an output axis; a reduce axis is unrolled with UNROLL");
+        if (auto bad = factor(n)) return bad;
+        if (upcast_product_ * n > 256) return reject(cat("more than 256 outputs per iteration (", upcast_product_, " already)"));
+        upcast_product_ *= n;
+        // Vector lanes where the device and the accesses allow (one vector per kernel), else copies.
+        bool vector = !vectorized_ && vector_eligible(sink_, a.range, n, spec_);
+        sink_ = vector ? upcast_vector(sink_, a.range, n) : upcast(sink_, a.range, n);
+        vectorized_ |= vector;
+        a.range = range(a.range->axis_id(), const_int(size / n, a.range->dtype));  // what upcast left
+        a.upcast = true;
+        return std::nullopt;
+      }
+      case OptOp::UNROLL: {
+        if (output) return reject("UNROLL takes a reduce axis; an output axis is upcast with UPCAST");
+        if (auto bad = factor(n)) return bad;
+        if (n > 32) return reject("more than 32 unrolled iterations");
+        UOpPtr before = a.range;
+        sink_ = unroll_reduce(sink_, before, n);
+        a.range = range(before->axis_id(), const_int(size / n, before->dtype));
+        a.split = true;
+        return std::nullopt;
+      }
+      case OptOp::THREAD: {
+        if (is_gpu(spec_)) return reject("THREAD is for CPU-style devices; GPU-style ones use LOCAL and the launch grid");
+        if (spec_.threads <= 1) return reject(cat(spec_.name, " runs one thread"));
+        if (!output) return reject("THREAD takes an output axis (a reduce axis cannot be split over threads)");
+        if (o.amount != 0) return reject("THREAD's amount is 0 (the device splits the axis over all its threads)");
+        if (thread_axis_ >= 0) return reject(cat("axis ", thread_axis_, " is already threaded"));
+        thread_axis_ = o.axis;
+        return std::nullopt;
+      }
+      case OptOp::SWAP: {
+        if (!output) return reject("SWAP takes two output axes");
+        if (o.amount < 0 || o.amount >= static_cast<int64_t>(axes_.size()) || axes_[o.amount].kind != AxisKind::Output ||
+            o.amount == o.axis)
+          return reject("the other axis is a different output axis");
+        swaps_.push_back({o.axis, static_cast<int>(o.amount)});
+        return std::nullopt;
+      }
+      case OptOp::PADTO: {
+        if (a.upcast || a.split || a.local) return reject("PADTO comes before the other opts on its axis");
+        if (n < 2) return reject("the amount must be at least 2");
+        int64_t padded = (size + n - 1) / n * n;
+        if (padded == size) return reject(cat("the axis's ", size, " iterations are already a multiple of ", n));
+        if (padded > size * 2) return reject(cat("padding ", size, " to ", padded, " more than doubles the work"));
+        for (const UOpPtr& u : toposort(sink_))
+          if ((u->op == Op::IDIV || u->op == Op::MOD) && u->src[1]->op != Op::CONST)
+            return reject("the kernel divides by a loaded value, which the masked iterations would make 0");
+        UOpPtr before = a.range, after;
+        sink_ = pad_range(sink_, before, padded, after);
+        a.range = after;
+        a.padded = true;
+        return std::nullopt;
+      }
+      case OptOp::LOCAL: {
+        if (!is_gpu(spec_)) return reject(cat(spec_.name, " has no workgroups (LOCAL is for GPU-style devices)"));
+        if (!output) return reject("LOCAL takes an output axis (a reduce axis is shared with GROUP)");
+        if (a.local) return reject("the axis is already local");
+        if (auto bad = factor(n)) return bad;
+        if (local_product_ * n > spec_.max_local) return reject(cat("more than ", spec_.max_local, " work-items per workgroup"));
+        if (locals_ == 3) return reject("three local axes already");
+        if (n > spec_.max_local_dims[0]) return reject(cat("more than ", spec_.max_local_dims[0], " work-items along one axis"));
+        UOpPtr before = a.range;
+        UOpPtr outer = range(before->axis_id(), const_int(size / n, before->dtype));
+        a.local = range(next_id_++, const_int(n, before->dtype));
+        sink_ = substitute(sink_, {{before.get(), outer * const_int(n, before->dtype) + a.local}});
+        sink_ = graph_rewrite(sink_, pm_symbolic());
+        a.range = outer;
+        a.split = true;
+        local_product_ *= n;
+        ++locals_;
+        return std::nullopt;
+      }
+      case OptOp::GROUP: case OptOp::GROUPTOP: {
+        if (!is_gpu(spec_)) return reject(cat(spec_.name, " has no workgroups (GROUP is for GPU-style devices)"));
+        if (output) return reject("GROUP takes a reduce axis (an output axis is spread over work-items with LOCAL)");
+        if (grouped_) return reject("one GROUP per kernel");
+        if (auto bad = factor(n)) return bad;
+        if (local_product_ * n > spec_.max_local) return reject(cat("more than ", spec_.max_local, " work-items per workgroup"));
+        if (locals_ == 3) return reject("three local axes already");
+        if (n > spec_.max_local_dims[0]) return reject(cat("more than ", spec_.max_local_dims[0], " work-items along one axis"));
+        if (auto bad = group_reduce(a, n, o.op == OptOp::GROUPTOP)) return reject(*bad);
+        local_product_ *= n;
+        ++locals_;
+        grouped_ = true;
+        return std::nullopt;
+      }
+    }
+    return reject("unknown opt");
+  }
+
+  // After the opts: the loop order and the launch mapping.
+  Lowering finish(std::vector<Opt> opts) {
+    apply_swaps();
+    LoweredKernel k;
+    k.opts = std::move(opts);
+    if (is_gpu(spec_)) {
+      if (auto bad = map_grid(k.dims)) return {std::nullopt, *bad};
+    } else if (thread_axis_ >= 0) {
+      const UOpPtr& r = axes_[thread_axis_].range;
+      k.dims.global[0] = r->end()->vmax();
+      sink_ = substitute(sink_, {{r.get(), UOp::make(Op::SPECIAL, r->dtype, {r->end()}, std::string("gidx0"))}});
+    }
+    return {std::move(k), ""};
+  }
+
+ private:
+  void apply_swaps() {
+    for (auto [x, y] : swaps_) {
+      UOpPtr& rx = axes_[x].range;
+      UOpPtr& ry = axes_[y].range;
+      int64_t ix = rx->axis_id(), iy = ry->axis_id();
+      // Through fresh ids first: range(iy, end of x) may be the very node ry when the sizes match.
+      UOpPtr tx = range(next_id_++, rx->end()), ty = range(next_id_++, ry->end());
+      sink_ = substitute(sink_, {{rx.get(), tx}, {ry.get(), ty}});
+      UOpPtr nx = range(iy, rx->end()), ny = range(ix, ry->end());
+      sink_ = substitute(sink_, {{tx.get(), nx}, {ty.get(), ny}});
+      rx = nx;
+      ry = ny;
+    }
+  }
+
+  // GPU-style: LOCAL ranges become work-item ids, the other output loops workgroup ids. The innermost
+  // output loop is dimension 0, the next dimension 1, the rest share dimension 2. A loop of one
+  // iteration is not mapped.
+  std::optional<std::string> map_grid(LaunchDims& dims) {
+    std::vector<UOpPtr> globals, locals;
+    for (const Axis& a : axes_) {
+      if (a.local && a.local->end()->vmax() > 1) locals.push_back(a.local);
+      if (a.kind == AxisKind::Output && a.range->end()->vmax() > 1) globals.push_back(a.range);
+    }
+    // Innermost first.
+    auto by_depth = [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() > b->axis_id(); };
+    std::sort(globals.begin(), globals.end(), by_depth);
+    std::sort(locals.begin(), locals.end(), by_depth);
+    std::unordered_map<const UOp*, UOpPtr> replace;
+    auto special = [&](const char* kind, int d, int64_t size, DType t) {
+      return UOp::make(Op::SPECIAL, t, {const_int(size, t)}, cat(kind, d));
+    };
+    for (size_t d = 0; d < locals.size(); ++d) {
+      int64_t size = locals[d]->end()->vmax();
+      dims.local[d] = size;
+      replace[locals[d].get()] = special("lidx", static_cast<int>(d), size, locals[d]->dtype);
+    }
+    // Workgroup ids: dims 0 and 1 one loop each, dim 2 the rest (div/mod of one id).
+    for (size_t d = 0; d < globals.size() && d < 2; ++d) {
+      int64_t size = globals[d]->end()->vmax();
+      if (size > spec_.max_global_dims[d])
+        return cat("the launch grid needs ", size, " workgroups in dimension ", d, "; ", spec_.name, " allows ",
+                   spec_.max_global_dims[d]);
+      dims.global[d] = size;
+      replace[globals[d].get()] = special("gidx", static_cast<int>(d), size, globals[d]->dtype);
+    }
+    if (globals.size() > 2) {
+      int64_t total = 1;
+      for (size_t j = 2; j < globals.size(); ++j) total *= globals[j]->end()->vmax();
+      if (total > spec_.max_global_dims[2])
+        return cat("the launch grid needs ", total, " workgroups in dimension 2; ", spec_.name, " allows ", spec_.max_global_dims[2]);
+      dims.global[2] = total;
+      UOpPtr id = special("gidx", 2, total, globals[2]->dtype);
+      int64_t stride = 1;
+      for (size_t j = 2; j < globals.size(); ++j) {  // innermost first: the fastest-varying part of the id
+        int64_t size = globals[j]->end()->vmax();
+        replace[globals[j].get()] = (id / const_int(stride, id->dtype)) % const_int(size, id->dtype);
+        stride *= size;
+      }
+    }
+    sink_ = graph_rewrite(substitute(sink_, replace), pm_symbolic());
+    return std::nullopt;
+  }
+
+  // GROUP/GROUPTOP: n work-items share the reduction over a's loop. Each reduces its part into a
+  // register, writes it to shared memory, waits at a barrier, and then reduces the n partial results;
+  // only work-item 0 of the group stores. GROUP gives each work-item a contiguous chunk
+  // (r = item*(size/n) + i), GROUPTOP interleaves them (r = i*n + item), which coalesces on GPUs.
+  std::optional<std::string> group_reduce(Axis& a, int64_t n, bool top) {
+    const UOpPtr& r = a.range;
+    DType t = r->dtype;
+    int64_t size = r->end()->vmax();
+    UOpPtr inner = range(r->axis_id(), const_int(size / n, t));
+    UOpPtr item = range(next_id_++, const_int(n, t));
+    UOpPtr at = top ? inner * const_int(n, t) + item : item * const_int(size / n, t) + inner;
+    // Where this work-item's partial goes: its group item, then the output work-item ids above it.
+    UOpPtr slot = item;
+    int64_t slots = n;
+    for (const Axis& other : axes_)
+      if (other.local) {
+        slot = slot + other.local * const_int(slots, t);
+        slots *= other.local->end()->vmax();
+      }
+    std::unordered_map<const UOp*, UOpPtr> replace;
+    int64_t shared = 0;
+    for (const UOpPtr& u : toposort(sink_)) {
+      if (u->op != Op::REDUCE || std::find(u->src.begin() + 1, u->src.end(), r) == u->src.end()) continue;
+      if (u->dtype.count != 1) return std::optional<std::string>("GROUP of a vectorized reduction is not supported");
+      Op op = u->arg_as<Op>();
+      std::vector<UOpPtr> src{graph_rewrite(substitute(u->src[0], {{r.get(), at}}), pm_symbolic())};
+      for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == r ? inner : u->src[j]);
+      UOpPtr partial = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+      UOpPtr local = UOp::make(Op::DEFINE_LOCAL, u->dtype.ptr(), {const_int(slots, dtypes::int64)}, next_local_++);
+      shared += slots * static_cast<int64_t>(u->dtype.itemsize());
+      UOpPtr write = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, local->dtype, {local, slot}), partial});
+      UOpPtr barrier = UOp::make(Op::BARRIER, dtypes::void_, {write});
+      UOpPtr j = range(next_id_++, const_int(n, t));
+      UOpPtr read_slot = graph_rewrite(substitute(slot, {{item.get(), j}}), pm_symbolic());
+      UOpPtr read = UOp::make(Op::LOAD, u->dtype, {UOp::make(Op::INDEX, local->dtype, {local, read_slot}), barrier});
+      replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, {read, j}, op);
+    }
+    if (shared_used_ + shared > spec_.shared_bytes)
+      return cat("the partial results need ", shared_used_ + shared, " bytes of shared memory; ", spec_.name, " has ",
+                 spec_.shared_bytes);
+    shared_used_ += shared;
+    UOpPtr s = substitute(sink_, replace);
+    // Every work-item of the group computes the same result: work-item 0 stores it (a second pass,
+    // as substitute() rebuilt the stores whose values changed).
+    replace.clear();
+    UOpPtr first = eq(item, const_int(0, t));
+    for (const UOpPtr& st : s->src)
+      if (st->op == Op::STORE)
+        replace[st.get()] = UOp::make(Op::STORE, st->dtype, {st->src[0], st->src[1], and_gate(st->src.size() == 3 ? st->src[2] : nullptr, first)}, st->arg);
+    sink_ = substitute(s, replace);
+    a.range = inner;
+    a.local = item;
+    a.split = true;
+    return std::nullopt;
+  }
+
+  const DeviceSpec& spec_;
+  UOpPtr sink_;
+  std::vector<Axis> axes_;
+  int64_t next_id_ = 0;
+  int64_t upcast_product_ = 1, local_product_ = 1;
+  int locals_ = 0;
+  int thread_axis_ = -1;
+  bool vectorized_ = false, grouped_ = false;
+  int64_t next_local_ = 0, shared_used_ = 0;
+  std::vector<std::pair<int, int>> swaps_;
+};
+
+// Below this many loop iterations in total, handing work to other cores costs more than it saves.
+constexpr int64_t kMinThreadedWork = 1 << 15;
+
+int64_t total_iterations(const UOpPtr& sink) {
+  int64_t total = 1;
+  for (const UOpPtr& u : toposort(sink))
+    if (u->op == Op::RANGE) total = total > INT64_MAX / 65536 ? total : total * std::max<int64_t>(1, u->end()->vmax());
+  return total;
+}
+
+bool has_transcendental(const UOpPtr& sink) {
+  for (const UOpPtr& u : toposort(sink))
+    if (u->op == Op::EXP2 || u->op == Op::LOG2 || u->op == Op::SIN || u->op == Op::SQRT) return true;
+  return false;
+}
+
+// The largest power of two <= cap that divides n (1 if none).
+int64_t pow2_divisor(int64_t n, int64_t cap) {
+  int64_t d = 1;
+  while (d * 2 <= cap && n % (d * 2) == 0) d *= 2;
+  return d;
+}
+
+}  // namespace
+
+Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts) {
+  KILN_ASSERT(ast->op == Op::SINK, "a kernel AST is a SINK of stores");
+  OptApplier applier(ast, spec);
+  for (const Opt& o : opts)
+    if (std::optional<std::string> why = applier.apply(o)) return {std::nullopt, *why};
+  Lowering l = applier.finish(std::vector<Opt>(opts.begin(), opts.end()));
+  if (!l.kernel) return l;
+  l.kernel->name = detail::kernel_name(ast);
+  if (config().debug >= 3) std::cerr << "kiln: " << l.kernel->name << " opts: " << to_string(opts) << "\n";
+  l.kernel = detail::finish_lowering(applier.sink(), spec, std::move(*l.kernel));
+  return l;
+}
+
+// The default heuristics, for kernels of one store (multi-store kernels get threads only):
+// - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes (not when
+//   the kernel calls transcendentals: C has no vector exp2/log2/sin/sqrt, and clang vectorizes the
+//   scalar loop better);
+// - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
+//   vector of outputs per iteration. The vector is the innermost output loop when the output and the
+//   loads walk it contiguously (else 16 or 8 scalar copies of it); the rows are the output loop,
+//   nearest the inside, that some load does not move along (so each load feeds a row of the tile);
+// - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes;
+// - CPU: the outermost output loop is split over the threads when the kernel is big enough;
+// - GPU-style: the innermost output loop gets up to 64 work-items per workgroup, the next one the
+//   rest of a 256 budget.
+std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
+  OptApplier k(ast, spec);
+  const UOpPtr& sink = k.sink();
+  const std::vector<Axis>& axes = k.axes();
+  std::vector<int> outputs;
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i].kind == AxisKind::Output) outputs.push_back(static_cast<int>(i));
+  std::vector<Opt> opts;
+  if (outputs.empty()) return opts;
+  bool reduces = has_reduce(sink);
+  std::vector<int64_t> remaining(axes.size());
+  for (size_t i = 0; i < axes.size(); ++i) remaining[i] = axes[i].range->end()->vmax();
+  if (sink->src.size() == 1 && (reduces || !has_transcendental(sink))) {
+    const UOpPtr& store = sink->src[0];
+    int last = outputs.back();
+    const UOpPtr& r = axes[last].range;
+    int64_t size = r->end()->vmax();
+    int64_t lanes = register_lanes(store->src[1]->dtype, spec);
+    while (lanes >= 2 && size % lanes != 0) lanes /= 2;
+    bool vector = lanes >= 2 && vector_eligible(sink, r, lanes, spec);
+    if (reduces && outputs.size() >= 2) {
+      // Best: rows along which every load that walks the vector axis stays put (B of a matmul along
+      // its rows, the image of a conv along its output channels), so each such load feeds a whole
+      // column of the tile; else any row axis some load stays put along.
+      auto rows_of = [&](bool strict) -> std::optional<int> {
+        for (size_t j = outputs.size() - 1; j-- > 0;) {
+          int64_t rows = remaining[outputs[j]];
+          if (!(rows % 8 == 0 && rows >= 16) && !(rows % 4 == 0 && rows >= 8)) continue;
+          const UOpPtr& rj = axes[outputs[j]].range;
+          if (!reused_along(sink, rj)) continue;
+          bool feeds = true;
+          for (const UOpPtr& u : toposort(sink))
+            if (strict && u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) != 0 &&
+                index_stride(u->src[0]->src[1], rj) != 0)
+              feeds = false;
+          if (feeds) return outputs[j];
+        }
+        return std::nullopt;
+      };
+      std::optional<int> row = rows_of(true);
+      if (!row) row = rows_of(false);
+      if (row) {
+        int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 ? 8 : 4;
+        opts.push_back({OptOp::UPCAST, *row, amount});
+        remaining[*row] /= amount;
+      }
+    }
+    int64_t tile = vector ? lanes
+                   : reduces && outputs.size() >= 2 && size % 16 == 0 && size >= 32 ? 16
+                   : reduces && outputs.size() >= 2 && size % 8 == 0 && size >= 16 ? 8
+                                                                                  : 0;
+    if (tile != 0) {
+      opts.push_back({OptOp::UPCAST, last, tile});
+      remaining[last] /= tile;
+    }
+  }
+  if (is_gpu(spec)) {
+    int64_t budget = std::min<int64_t>(spec.max_local, 256);
+    // Few outputs and a long reduction: work-items share each reduction (GROUPTOP below, interleaved
+    // so neighbouring work-items read neighbouring elements), leaving fewer for the outputs.
+    int64_t outs = 1;
+    for (int j : outputs) outs *= axes[j].range->end()->vmax();
+    int last_reduce = static_cast<int>(axes.size()) - 1;
+    bool group = reduces && sink->src.size() == 1 && axes[last_reduce].kind == AxisKind::Reduce && outs <= 16384 &&
+                 remaining[last_reduce] >= 64;
+    if (group) budget = std::min<int64_t>(budget, 16);
+    for (size_t j = outputs.size(); j-- > 0 && budget > 1;) {
+      int64_t n = pow2_divisor(remaining[outputs[j]], std::min<int64_t>({budget, j + 1 == outputs.size() ? 64 : budget,
+                                                                           spec.max_local_dims[0]}));
+      if (n < 2) continue;
+      opts.push_back({OptOp::LOCAL, outputs[j], n});
+      remaining[outputs[j]] /= n;
+      budget /= n;
+      if (opts.back().axis != outputs.back()) break;  // two local axes at most
+    }
+    if (group) {
+      int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({budget, 256, spec.max_local_dims[0]}));
+      if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
+    }
+  } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {
+    opts.push_back({OptOp::THREAD, outputs.front(), 0});
+  }
+  return opts;
+}
+
+std::vector<Opt> action_space(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> applied) {
+  OptApplier k(ast, spec);
+  for (const Opt& o : applied)
+    if (k.apply(o)) return {};
+  std::vector<Opt> out;
+  const std::vector<Axis>& axes = k.axes();
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int axis = static_cast<int>(i);
+    if (axes[i].kind == AxisKind::Output) {
+      for (int64_t n : {2, 3, 4, 5, 7, 8, 16}) out.push_back({OptOp::UPCAST, axis, n});
+      if (is_gpu(spec)) {
+        for (int64_t n : {2, 4, 8, 16, 32, 64, 128, 256}) out.push_back({OptOp::LOCAL, axis, n});
+      } else {
+        out.push_back({OptOp::THREAD, axis, 0});
+      }
+      for (size_t j = i + 1; j < axes.size(); ++j)
+        if (axes[j].kind == AxisKind::Output) out.push_back({OptOp::SWAP, axis, static_cast<int64_t>(j)});
+    } else {
+      for (int64_t n : {2, 3, 4, 8, 16, 0}) out.push_back({OptOp::UNROLL, axis, n});
+      if (is_gpu(spec))
+        for (int64_t n : {8, 16, 32, 64, 128, 256}) {
+          out.push_back({OptOp::GROUP, axis, n});
+          out.push_back({OptOp::GROUPTOP, axis, n});
+        }
+    }
+    for (int64_t n : {8, 16, 32}) out.push_back({OptOp::PADTO, axis, n});
+  }
+  // Only the ones that apply after `applied`.
+  std::vector<Opt> valid;
+  for (const Opt& o : out) {
+    OptApplier probe = k;
+    if (!probe.apply(o)) valid.push_back(o);
+  }
+  return valid;
+}
 
 }  // namespace kiln

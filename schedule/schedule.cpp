@@ -109,13 +109,31 @@ class Scheduler {
   //    the whole reduction per element), read inside another reduction, or read by several consumers,
   //    directly or through a node that several consumers share (`shared`: that node is recomputed in
   //    each of them, and the reduction with it);
-  //  - an elementwise node with several consumers is stored only when recomputing it costs more
-  //    than kMaxRecomputeOps ALU ops per element.
+  //  - an elementwise node with consumers outside the region is stored only when recomputing it
+  //    costs more than kMaxRecomputeOps ALU ops per element. Consumers inside the region cost
+  //    nothing: a kernel is a DAG and computes a shared node once.
   bool must_store(const UOpPtr& u, bool expanded, bool in_reduce, bool shared) {
     if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return true;
     int users = users_[u.get()];
     if (u->op == Op::REDUCE_AXIS) return expanded || in_reduce || shared || users > 1;
-    return users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps;
+    auto inside = region_users_.find(u.get());
+    int outside = users - (inside == region_users_.end() ? 0 : inside->second);
+    return outside > 0 && users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps;
+  }
+
+  // How many consumers of each node lie in root's region, were nothing below it stored (an upper
+  // bound: a node stored later moves its sources' consumers to its own region).
+  void count_region_users(const UOpPtr& root) {
+    region_users_.clear();
+    std::vector<UOpPtr> stack(root->src.begin(), root->src.end());
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty()) {
+      UOpPtr u = std::move(stack.back());
+      stack.pop_back();
+      ++region_users_[u.get()];
+      if (!seen.insert(u.get()).second || is_leaf(u) || stored_.count(u.get())) continue;
+      for (const UOpPtr& s : u->src) stack.push_back(s);
+    }
   }
 
   int alu_cost(const UOpPtr& u) {
@@ -138,6 +156,7 @@ class Scheduler {
       bool expanded, in_reduce, shared;
     };
     std::vector<Item> stack;
+    count_region_users(root);
     for (const UOpPtr& s : root->src) stack.push_back({s, false, root->op == Op::REDUCE_AXIS, false});
     if (root->op == Op::COPY) {  // a copy reads its source from a buffer
       if (!is_leaf(root->src[0])) mark_stored(root->src[0]);
@@ -231,6 +250,7 @@ class Scheduler {
   const RealizedLookup& realized_;
   ShapeCache shapes_;
   std::unordered_map<const UOp*, int> users_;
+  std::unordered_map<const UOp*, int> region_users_;  // consumers inside the region being explored
   std::unordered_set<const UOp*> visited_;
   std::unordered_set<const UOp*> stored_;
   std::vector<UOpPtr> roots_;

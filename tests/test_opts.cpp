@@ -1,2 +1,241 @@
-// [opts] tests (being written).
-#include <catch2/catch.hpp>
+// Opts (lower/opts.h): every single action, and chains of them, on elementwise, reduce, matmul, conv
+// and softmax kernels give the results of the default kernel on REF (the interpreter); opts that do
+// not apply are rejected with a reason.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "devices/device.h"
+#include "frontend/tensor.h"
+#include "helpers.h"
+#include "lower/opts.h"
+#include "uop/config.h"
+
+namespace kiln {
+namespace {
+
+// Runs one kernel of a schedule lowered with `opts` (the heuristics' when null) on `device`: every
+// buffer filled with the same deterministic values, then slot 0 read back as floats.
+std::vector<float> run_kernel(const ScheduleItem& item, const std::string& device_name, const std::vector<Opt>* opts) {
+  Device& device = get_device(device_name);
+  LoweredKernel k;
+  if (opts) {
+    Lowering l = lower_with_opts(item.ast, device.spec(), *opts);
+    INFO("rejected: " << l.rejected);
+    REQUIRE(l.kernel.has_value());
+    k = std::move(*l.kernel);
+  } else {
+    k = lower_kernel(item.ast, device.spec());
+  }
+  std::unique_ptr<Program> program = device.load(device.compile(k.source, k.name));
+  std::vector<RawBuffer> bufs;
+  std::vector<size_t> sizes;
+  for (size_t slot = 0; slot < item.bufs.size(); ++slot) {
+    size_t n = static_cast<size_t>(item.bufs[slot]->arg_as<BufferArg>().size);
+    REQUIRE(item.bufs[slot]->dtype.scalar == ScalarType::Float32);
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = 0.25f + static_cast<float>((i * 7 + slot * 13) % 29) / 16.0f;  // never 0: some kernels divide
+    bufs.push_back(device.alloc(n * 4));
+    device.copy_in(bufs.back(), host.data(), n * 4);
+    sizes.push_back(n);
+  }
+  program->launch(bufs, {}, k.dims, false);
+  std::vector<float> out(sizes[0]);
+  device.copy_out(out.data(), bufs[0], sizes[0] * 4);
+  for (RawBuffer& b : bufs) device.free(b);
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << ", expected " << want[i]);
+    if (!std::isfinite(want[i])) {
+      REQUIRE((std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i]));
+      continue;
+    }
+    REQUIRE(std::abs(got[i] - want[i]) <= 1e-4f * (1 + std::abs(want[i])));
+  }
+}
+
+struct Workload {
+  const char* name;
+  Tensor out;
+};
+
+std::vector<Workload> workloads() {
+  Tensor a = Tensor::rand({24, 40}), b = Tensor::rand({24, 40}), c = Tensor::rand({40});
+  Tensor m = Tensor::rand({16, 24}), n = Tensor::rand({24, 32});
+  Tensor x = Tensor::rand({2, 4, 6, 6}), w = Tensor::rand({8, 4, 3, 3});
+  for (Tensor* t : {&a, &b, &c, &m, &n, &x, &w}) t->realize();  // the kernels below read buffers, not the RNG
+  return {
+      {"elementwise", (a * b + c).relu()},
+      {"row sum", a.sum({1})},
+      {"column sum", a.sum({0})},
+      {"matmul", m.matmul(n)},
+      {"conv2d", x.conv2d(w, std::nullopt, {1, 1}, {1, 1})},
+      {"softmax", a.softmax(1)},
+  };
+}
+
+// Every kernel of every workload: (name, item).
+std::vector<std::pair<std::string, ScheduleItem>> kernels() {
+  std::vector<std::pair<std::string, ScheduleItem>> out;
+  for (Workload& w : workloads()) {
+    Schedule s = Tensor::schedule({w.out});
+    for (const ScheduleItem& item : s.items)
+      if (item.kind == ScheduleItem::Kind::Kernel) out.push_back({w.name, item});
+  }
+  return out;
+}
+
+TEST_CASE("every single opt of the action space gives the default kernel's result on REF", "[opts]") {
+  for (const char* device : {"CPU", "REF"}) {
+    for (auto& [name, item] : kernels()) {
+      INFO(device << " " << name << ": " << str(item.ast->src[0]));
+      std::vector<float> want = run_kernel(item, "REF", nullptr);
+      std::vector<Opt> actions = action_space(item.ast, get_device(device).spec());
+      CHECK(actions.size() >= 3);
+      for (const Opt& o : actions) {
+        INFO(to_string(o));
+        std::vector<Opt> one{o};
+        expect_close(run_kernel(item, device, &one), want);
+      }
+    }
+  }
+}
+
+TEST_CASE("chains of opts picked at random from the action space give the default kernel's result", "[opts]") {
+  std::mt19937 rng(1234);
+  for (auto& [name, item] : kernels()) {
+    std::vector<float> want = run_kernel(item, "REF", nullptr);
+    for (int trial = 0; trial < 4 * config().fuzz; ++trial) {
+      std::vector<Opt> chain;
+      for (int step = 0; step < 3; ++step) {
+        std::vector<Opt> next = action_space(item.ast, get_device("CPU").spec(), chain);
+        if (next.empty()) break;
+        chain.push_back(next[rng() % next.size()]);
+      }
+      INFO(name << ": " << to_string(chain));
+      expect_close(run_kernel(item, "CPU", &chain), want);
+      std::vector<Opt> one_thread;  // REF runs one thread
+      for (const Opt& o : chain)
+        if (o.op != OptOp::THREAD) one_thread.push_back(o);
+      expect_close(run_kernel(item, "REF", &one_thread), want);
+    }
+  }
+}
+
+TEST_CASE("the heuristics' opts are listed and reproduce lower_kernel", "[opts]") {
+  Tensor m = Tensor::rand({64, 64}).realize(), n = Tensor::rand({64, 64}).realize();
+  Schedule s = Tensor::schedule({m.matmul(n)});
+  REQUIRE(s.items.size() == 1);
+  const DeviceSpec& spec = get_device("CPU").spec();
+  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, spec);
+  CHECK(!opts.empty());
+  Lowering l = lower_with_opts(s.items[0].ast, spec, opts);
+  REQUIRE(l.kernel);
+  CHECK(l.kernel->source == lower_kernel(s.items[0].ast, spec).source);
+  CHECK(l.kernel->opts == opts);
+}
+
+TEST_CASE("PADTO masks the extra iterations of output and reduce axes", "[opts]") {
+  Tensor a = Tensor::rand({30, 30}).realize();
+  for (Tensor out : {a.sum({1}), (a * 2.0).exp()}) {
+    Schedule s = Tensor::schedule({out});
+    REQUIRE(s.items.size() == 1);
+    std::vector<float> want = run_kernel(s.items[0], "REF", nullptr);
+    int last = static_cast<int>(action_space(s.items[0].ast, get_device("REF").spec()).back().axis);
+    for (const char* device : {"CPU", "REF"}) {
+      std::vector<Opt> pad{{OptOp::PADTO, last, 16}, {OptOp::UPCAST, 0, 2}};
+      INFO(device << " " << to_string(pad));
+      expect_close(run_kernel(s.items[0], device, &pad), want);
+    }
+  }
+}
+
+TEST_CASE("opts that do not apply are rejected with a reason", "[opts]") {
+  Tensor m = Tensor::rand({16, 24}).realize(), n = Tensor::rand({24, 32}).realize();
+  Schedule s = Tensor::schedule({m.matmul(n)});
+  REQUIRE(s.items.size() == 1);
+  const UOpPtr& ast = s.items[0].ast;
+  const DeviceSpec& cpu = get_device("CPU").spec();
+  auto rejected = [&](std::vector<Opt> opts) {
+    Lowering l = lower_with_opts(ast, cpu, opts);
+    CHECK(!l.kernel);
+    return l.rejected;
+  };
+  // Axes: 0 (16 rows), 1 (32 columns), 2 (the 24-long reduction).
+  CHECK_THAT(rejected({{OptOp::UPCAST, 2, 4}}), Catch::Contains("UPCAST takes an output axis"));
+  CHECK_THAT(rejected({{OptOp::UNROLL, 0, 4}}), Catch::Contains("UNROLL takes a reduce axis"));
+  CHECK_THAT(rejected({{OptOp::UPCAST, 0, 5}}), Catch::Contains("5 does not divide the axis's 16 iterations"));
+  CHECK_THAT(rejected({{OptOp::UPCAST, 7, 2}}), Catch::Contains("the kernel has 3 axes"));
+  CHECK_THAT(rejected({{OptOp::LOCAL, 0, 4}}), Catch::Contains("has no workgroups"));
+  CHECK_THAT(rejected({{OptOp::GROUP, 2, 8}}), Catch::Contains("has no workgroups"));
+  CHECK_THAT(rejected({{OptOp::PADTO, 0, 16}}), Catch::Contains("already a multiple"));
+  CHECK_THAT(rejected({{OptOp::UPCAST, 0, 2}, {OptOp::PADTO, 0, 32}}), Catch::Contains("PADTO comes before"));
+  CHECK_THAT(rejected({{OptOp::SWAP, 0, 2}}), Catch::Contains("different output axis"));
+  CHECK_THAT(rejected({{OptOp::UPCAST, 0, 16}, {OptOp::UPCAST, 1, 32}}), Catch::Contains("more than 256"));
+  if (cpu.threads > 1) CHECK_THAT(rejected({{OptOp::THREAD, 0, 0}, {OptOp::THREAD, 1, 0}}), Catch::Contains("already threaded"));
+  CHECK_THAT(rejected({{OptOp::THREAD, 2, 0}}), Catch::Contains(cpu.threads > 1 ? "THREAD takes an output axis" : "runs one thread"));
+}
+
+TEST_CASE("opts print and parse", "[opts]") {
+  for (OptOp op : {OptOp::UPCAST, OptOp::UNROLL, OptOp::LOCAL, OptOp::GROUP, OptOp::GROUPTOP, OptOp::THREAD, OptOp::PADTO, OptOp::SWAP}) {
+    Opt o{op, 2, 16};
+    CHECK(parse_opt(to_string(o)) == o);
+  }
+  CHECK(to_string(std::vector<Opt>{{OptOp::UPCAST, 1, 8}, {OptOp::UNROLL, 2, 4}}) == "UPCAST(1,8) UNROLL(2,4)");
+  for (const char* bad : {"", "UPCAST", "UPCAST(1)", "UPCAST(1,2", "FOO(1,2)", "UPCAST(a,2)", "UPCAST(1,2x)", "UPCAST(1,2) "})
+    CHECK(!parse_opt(bad));
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A GPU-style spec for lowering only (no device runs it here; OPENCL and VULKAN run these kernels in
+// their conformance runs): the linear program must be well formed and the launch dims consistent.
+DeviceSpec fake_gpu_spec() {
+  DeviceSpec spec = get_device("REF").spec();
+  spec.max_local = 256;
+  spec.max_local_dims = {256, 256, 64};
+  spec.max_global_dims = {65535, 65535, 65535};
+  spec.shared_bytes = 16384;
+  spec.threads = 1;
+  spec.vector_bytes = 0;
+  return spec;
+}
+
+TEST_CASE("GPU-style lowering: LOCAL and GROUP map to work-item ids, shared memory and one barrier", "[opts]") {
+  DeviceSpec gpu = fake_gpu_spec();
+  for (auto& [name, item] : kernels()) {
+    INFO(name);
+    std::vector<Opt> opts = heuristic_opts(item.ast, gpu);
+    Lowering l = lower_with_opts(item.ast, gpu, opts);
+    INFO(to_string(opts) << " " << l.rejected);
+    REQUIRE(l.kernel);
+    for (const Opt& o : action_space(item.ast, gpu)) {
+      INFO(to_string(o));
+      std::vector<Opt> one{o};
+      Lowering k = lower_with_opts(item.ast, gpu, one);
+      REQUIRE(k.kernel);
+      int64_t locals = 1, barriers = 0, shared = 0;
+      for (const UOpPtr& u : k.kernel->linear) {
+        if (u->op == Op::SPECIAL && u->arg_as<std::string>().starts_with("lidx")) locals *= u->src[0]->vmax();
+        barriers += u->op == Op::BARRIER;
+        shared += u->op == Op::DEFINE_LOCAL;
+      }
+      CHECK(locals == k.kernel->dims.local[0] * k.kernel->dims.local[1] * k.kernel->dims.local[2]);
+      bool group = o.op == OptOp::GROUP || o.op == OptOp::GROUPTOP;
+      CHECK(barriers == (group ? 1 : 0));
+      CHECK((shared > 0) == group);
+      if (o.op == OptOp::LOCAL || group) CHECK(locals == o.amount);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,2 +1,470 @@
-// [cache] tests (being written).
-#include <catch2/catch.hpp>
+// The tuning cache (search/tuning_cache.h) and checking cached winners (search/verify.h): keys, the
+// file's round trip, two writer processes at once, bad files, export/import and verify.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "devices/device.h"
+#include "frontend/tensor.h"
+#include "helpers.h"
+#include "lower/opts.h"
+#include "search/tuning_cache.h"
+#include "search/verify.h"
+#include "uop/hash.h"
+
+namespace kiln {
+namespace {
+
+using test::TempDir;
+namespace fs = std::filesystem;
+
+// out[i] = in[i] * scale for i < n: a kernel AST built by hand, as the scheduler writes them.
+UOpPtr scale_ast(int64_t n, double scale) {
+  DType ptr = dtypes::float32.ptr();
+  UOpPtr out = UOp::make(Op::DEFINE_GLOBAL, ptr, {}, int64_t{0}), in = UOp::make(Op::DEFINE_GLOBAL, ptr, {}, int64_t{1});
+  UOpPtr i = range(0, const_int(n));
+  UOpPtr x = UOp::make(Op::LOAD, dtypes::float32, {UOp::make(Op::INDEX, ptr, {in, i})});
+  UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, ptr, {out, i}), x * const_of(dtypes::float32, scale)});
+  return UOp::make(Op::SINK, dtypes::void_, {store});
+}
+
+// The one kernel the scheduler makes for sum((a * 2 + 1), axis 1) of a 4x16 tensor.
+UOpPtr scheduled_ast() {
+  std::vector<float> data(64);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 7) - 3;
+  Tensor a = Tensor::from_vector(data, {4, 16}, "CPU");
+  Schedule s = Tensor::schedule({(a * 2.0 + 1.0).sum({1})});
+  REQUIRE(s.items.size() == 1);
+  return s.items[0].ast;
+}
+
+// A key made by hand, for tests about the file rather than about kernels.
+TuningKey fake_key(int i, const std::string& device = "CPU test-arch test-cc 1") {
+  return TuningKey{cat("hash", i), device, "C", kActionSpaceVersion, "beam=2", kTuningCacheSchema};
+}
+
+TuningEntry fake_entry(int i) {
+  TuningEntry e;
+  e.opts = {Opt{OptOp::UPCAST, 0, 4}, Opt{OptOp::UNROLL, 1, i % 8 + 1}};
+  e.kernel = cat("r_", i);
+  e.default_seconds = 2e-3;
+  e.best_seconds = 1e-3;
+  return e;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+std::string all_warnings(const TuningCache& c) {
+  std::string out;
+  for (const std::string& w : c.warnings()) out += w + "\n";
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<fs::path> set_aside(const TempDir& dir) {
+  std::vector<fs::path> out;
+  for (const std::string& name : dir.files())
+    if (name.starts_with("tuning.json.corrupt-")) out.push_back(dir.path / name);
+  return out;
+}
+
+// --- keys -----------------------------------------------------------------------------------------
+
+TEST_CASE("the AST hash is the hash of the AST's canonical text, pinned across runs and processes", "[cache]") {
+  // Changing this value changes every cache key: do it only on purpose (with the serializer's version).
+  const DeviceSpec& spec = get_device("CPU").spec();
+  const std::string text =
+      "kiln-uops 1\n"
+      "0 DEFINE_GLOBAL float32* [] int:0\n"
+      "1 CONST int32 [] const.int:16\n"
+      "2 RANGE int32 [1] int:0\n"
+      "3 INDEX float32* [0,2] -\n"
+      "4 DEFINE_GLOBAL float32* [] int:1\n"
+      "5 INDEX float32* [4,2] -\n"
+      "6 LOAD float32 [5] -\n"
+      "7 CONST float32 [] const.double:0x4000000000000000  # 2\n"
+      "8 MUL float32 [6,7] -\n"
+      "9 STORE void [3,8] -\n"
+      "10 SINK void [9] -\n";
+  CHECK(ast_text(scale_ast(16, 2.0)) == text);
+  TuningKey key = tuning_key(scale_ast(16, 2.0), spec, "beam=2");
+  CHECK(key.ast_hash == hash_hex(hash_string(text)));
+  CHECK(key.ast_hash == "2e3254def45ed796");
+  CHECK(key.device == device_fingerprint(spec));
+  CHECK(key.renderer == "C");
+  CHECK(key.action_space == kActionSpaceVersion);
+  CHECK(key.search == "beam=2");
+  CHECK(key.schema == kTuningCacheSchema);
+}
+
+TEST_CASE("the AST hash depends on the kernel, not on where its nodes live", "[cache]") {
+  const DeviceSpec& spec = get_device("CPU").spec();
+  std::string first = tuning_key(scheduled_ast(), spec, "").ast_hash;
+  std::vector<UOpPtr> unrelated;  // other nodes in between, so a rebuilt graph lands at other addresses
+  for (int i = 0; i < 100; ++i) unrelated.push_back(var(cat("v", i), 0, i + 1));
+  CHECK(tuning_key(scheduled_ast(), spec, "").ast_hash == first);
+  CHECK(tuning_key(scale_ast(16, 2.0), spec, "").ast_hash != tuning_key(scale_ast(16, 3.0), spec, "").ast_hash);
+  CHECK(tuning_key(scale_ast(16, 2.0), spec, "").ast_hash != tuning_key(scale_ast(17, 2.0), spec, "").ast_hash);
+}
+
+TEST_CASE("the stored AST text rebuilds the same AST", "[cache]") {
+  UOpPtr ast = scheduled_ast();
+  CHECK(parse_ast_text(ast_text(ast)) == ast);
+  CHECK_THROWS_AS(parse_ast_text("kiln-uops 1\n"), Error);
+  CHECK_THROWS_AS(parse_ast_text("not an AST"), Error);
+  CHECK_THROWS_WITH(parse_ast_text(ast_text(const_int(3))), Catch::Contains("not SINK"));
+}
+
+// --- the file -------------------------------------------------------------------------------------
+
+TEST_CASE("an entry stored is read back whole by another cache object on the same file", "[cache]") {
+  TempDir dir;
+  TuningKey key = tuning_key(scheduled_ast(), get_device("CPU").spec(), "beam=2");
+  TuningEntry entry = fake_entry(3);
+  entry.ast = ast_text(scheduled_ast());
+  TuningCache(dir.path / "tuning.json").store(key, entry);
+
+  TuningCache cache(dir.path / "tuning.json");
+  std::optional<TuningEntry> hit = cache.lookup(key);
+  REQUIRE(hit);
+  CHECK(hit->opts == entry.opts);
+  CHECK(hit->kernel == entry.kernel);
+  CHECK(hit->default_seconds == entry.default_seconds);
+  CHECK(hit->best_seconds == entry.best_seconds);
+  CHECK(hit->ast == entry.ast);
+  CHECK(hit->created.size() == 20);  // store() stamps it: 2026-11-30T12:00:00Z
+  auto all = cache.entries();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].first == key);
+  CHECK(cache.warnings().empty());
+  // The file is for people too: the kernel name and the opts are there as text.
+  std::string text = read_text(dir.path / "tuning.json");
+  CHECK(contains(text, "\"kiln-tuning-cache\""));
+  CHECK(contains(text, "\"UPCAST(0,4)\""));
+}
+
+TEST_CASE("the second run of the same kernel hits what the first run stored", "[cache]") {
+  TempDir dir;
+  const DeviceSpec& spec = get_device("CPU").spec();
+  {  // first run: a miss, then the search's result is stored
+    TuningCache cache(dir.path / "tuning.json");
+    TuningKey key = tuning_key(scheduled_ast(), spec, "beam=2");
+    REQUIRE_FALSE(cache.lookup(key));
+    cache.store(key, fake_entry(1));
+  }
+  // second run: the graph is built again from scratch
+  TuningCache cache(dir.path / "tuning.json");
+  std::optional<TuningEntry> hit = cache.lookup(tuning_key(scheduled_ast(), spec, "beam=2"));
+  REQUIRE(hit);
+  CHECK(hit->opts == fake_entry(1).opts);
+}
+
+TEST_CASE("a changed device fingerprint, action-space version, renderer or search misses", "[cache]") {
+  TempDir dir;
+  TuningCache cache(dir.path / "tuning.json");
+  TuningKey key = tuning_key(scale_ast(16, 2.0), get_device("CPU").spec(), "beam=2");
+  cache.store(key, fake_entry(1));
+  REQUIRE(cache.lookup(key));
+
+  TuningKey other = key;
+  other.device += " (another compiler version)";
+  CHECK_FALSE(cache.lookup(other));
+  other = key;
+  other.action_space = kActionSpaceVersion + 1;
+  CHECK_FALSE(cache.lookup(other));
+  other = key;
+  other.renderer = "OpenCL C";
+  CHECK_FALSE(cache.lookup(other));
+  other = key;
+  other.search = "beam=4";
+  CHECK_FALSE(cache.lookup(other));
+  CHECK_FALSE(cache.lookup(tuning_key(scale_ast(16, 2.0), get_device("REF").spec(), "beam=2")));
+  CHECK(cache.warnings().empty());
+}
+
+TEST_CASE("two processes storing at once both keep every entry", "[cache]") {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  const int per_process = 60;
+  std::vector<pid_t> children;
+  for (int p = 0; p < 2; ++p) {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the child: no Catch2 here, only an exit status
+      int status = 0;
+      try {
+        TuningCache cache(file);
+        for (int i = 0; i < per_process; ++i) cache.store(fake_key(p * 1000 + i), fake_entry(i));
+      } catch (...) {
+        status = 1;
+      }
+      _exit(status);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  TuningCache cache(file);
+  CHECK(cache.entries().size() == 2 * per_process);
+  for (int p = 0; p < 2; ++p)
+    for (int i = 0; i < per_process; ++i) {
+      INFO("process " << p << " entry " << i);
+      CHECK(cache.lookup(fake_key(p * 1000 + i)));
+    }
+  CHECK(cache.warnings().empty());
+  CHECK(set_aside(dir).empty());
+  for (const std::string& name : dir.files()) CHECK_FALSE(contains(name, ".tmp-"));  // no temp file left behind
+}
+
+// The bad files: each is reported, never trusted, and set aside (not destroyed) by the next store.
+void check_bad_file(const std::string& contents, const std::string& expected_warning) {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  write_text(file, contents);
+  TuningCache cache(file);
+  CHECK_FALSE(cache.lookup(fake_key(1)));
+  CHECK(cache.entries().empty());
+  std::string warnings = all_warnings(cache);
+  INFO(warnings);
+  CHECK(contains(warnings, file.string()));
+  CHECK(contains(warnings, expected_warning));
+  CHECK_THROWS_AS(cache.export_to(dir.path / "out.json"), Error);
+
+  cache.store(fake_key(2), fake_entry(2));
+  CHECK(contains(all_warnings(cache), "moved it aside"));
+  std::vector<fs::path> aside = set_aside(dir);
+  REQUIRE(aside.size() == 1);
+  CHECK(read_text(aside[0]) == contents);  // the bad file, byte for byte
+  TuningCache fresh(file);
+  CHECK(fresh.lookup(fake_key(2)));
+  CHECK(fresh.entries().size() == 1);
+  CHECK(fresh.warnings().empty());
+}
+
+TEST_CASE("a truncated cache file is reported, missed and set aside", "[cache]") {
+  TempDir dir;
+  TuningCache good(dir.path / "tuning.json");
+  for (int i = 0; i < 3; ++i) good.store(fake_key(i), fake_entry(i));
+  std::string text = read_text(dir.path / "tuning.json");
+  check_bad_file(text.substr(0, text.size() / 2), "is not valid JSON");
+  check_bad_file("", "is not valid JSON");
+}
+
+TEST_CASE("a corrupt cache file is reported, missed and set aside", "[cache]") {
+  check_bad_file("\x7f" "ELF\x01\x02 this is not json at all", "is not valid JSON");
+  check_bad_file("{\"format\": \"kiln-tuning-cache\", \"schema\": 1, \"entries\": {", "is not valid JSON");
+}
+
+TEST_CASE("a foreign JSON file (another program's, another schema) is reported, missed and set aside", "[cache]") {
+  check_bad_file("{\"editor.fontSize\": 14}", "not a kiln tuning cache");
+  check_bad_file("[1, 2, 3]", "not a kiln tuning cache");
+  check_bad_file("{\"format\": \"kiln-tuning-cache\", \"schema\": 99, \"entries\": {}}", "schema 99");
+  check_bad_file("{\"format\": \"kiln-tuning-cache\", \"schema\": 1}", "without an \"entries\" object");
+}
+
+TEST_CASE("a bad entry in a good file is skipped with a warning and kept when others are written", "[cache]") {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  TuningCache(file).store(fake_key(1), fake_entry(1));
+  std::string text = read_text(file);
+  std::string good = "\"UPCAST(0,4)\"";
+  text.replace(text.find(good), good.size(), "\"UPCAST(zero,4)\"");  // a hand edit gone wrong
+  write_text(file, text);
+
+  TuningCache cache(file);
+  CHECK_FALSE(cache.lookup(fake_key(1)));
+  CHECK(contains(all_warnings(cache), "UPCAST(zero,4)"));
+  cache.store(fake_key(2), fake_entry(2));
+  CHECK(cache.entries().size() == 1);
+  CHECK(contains(read_text(file), "UPCAST(zero,4)"));  // still there for the person who edited it
+  CHECK(set_aside(dir).empty());
+}
+
+TEST_CASE("store refuses a key not made by tuning_key", "[cache]") {
+  TempDir dir;
+  TuningCache cache(dir.path / "tuning.json");
+  CHECK_THROWS_WITH(cache.store(TuningKey{}, fake_entry(1)), Catch::Contains("make keys with tuning_key()"));
+  CHECK_FALSE(fs::exists(dir.path / "tuning.json"));
+}
+
+TEST_CASE("remove and clear delete entries and say how many", "[cache]") {
+  TempDir dir;
+  TuningCache cache(dir.path / "tuning.json");
+  for (int i = 0; i < 3; ++i) cache.store(fake_key(i), fake_entry(i));
+  CHECK(cache.remove(fake_key(1)));
+  CHECK_FALSE(cache.remove(fake_key(1)));
+  CHECK_FALSE(cache.lookup(fake_key(1)));
+  CHECK(cache.lookup(fake_key(2)));
+  CHECK(cache.clear() == 2);
+  CHECK_FALSE(fs::exists(cache.file()));
+  CHECK(cache.entries().empty());
+  CHECK(cache.clear() == 0);
+}
+
+TEST_CASE("export writes the entries; import merges them and the faster winner stays", "[cache]") {
+  TempDir dir;
+  TuningCache a(dir.path / "a.json"), b(dir.path / "b.json");
+  for (int i = 0; i < 3; ++i) a.store(fake_key(i), fake_entry(i));
+  CHECK(a.export_to(dir.path / "exported.json") == 3);
+
+  TuningEntry slow = fake_entry(0), fast = fake_entry(2);
+  slow.best_seconds = 5e-3;
+  fast.best_seconds = 1e-4;
+  fast.opts = {Opt{OptOp::UPCAST, 0, 8}};
+  b.store(fake_key(0), slow);   // a's entry is faster: replaced
+  b.store(fake_key(2), fast);   // b's entry is faster: kept
+  b.store(fake_key(7), fake_entry(7));
+  ImportReport r = b.import_from(dir.path / "exported.json");
+  CHECK(r.added == 1);
+  CHECK(r.replaced == 1);
+  CHECK(r.kept == 1);
+  CHECK(r.refused.empty());
+  CHECK(b.entries().size() == 4);
+  CHECK(b.lookup(fake_key(0))->best_seconds == fake_entry(0).best_seconds);
+  CHECK(b.lookup(fake_key(2))->opts == fast.opts);
+  CHECK(b.lookup(fake_key(1))->opts == fake_entry(1).opts);
+
+  ImportReport again = b.import_from(dir.path / "exported.json");
+  CHECK(again.added == 0);
+  CHECK(again.kept == 3);
+}
+
+TEST_CASE("import refuses foreign files whole and entries of another schema one by one", "[cache]") {
+  TempDir dir;
+  TuningCache cache(dir.path / "tuning.json");
+  cache.store(fake_key(1), fake_entry(1));
+  write_text(dir.path / "foreign.json", "{\"format\": \"something-else\"}");
+  CHECK_THROWS_WITH(cache.import_from(dir.path / "foreign.json"), Catch::Contains("not a kiln tuning cache"));
+  write_text(dir.path / "newer.json", "{\"format\": \"kiln-tuning-cache\", \"schema\": 2, \"entries\": {}}");
+  CHECK_THROWS_WITH(cache.import_from(dir.path / "newer.json"), Catch::Contains("this kiln reads schema 1"));
+  write_text(dir.path / "cut.json", "{\"format\": \"kiln-tuning-c");
+  CHECK_THROWS_WITH(cache.import_from(dir.path / "cut.json"), Catch::Contains("not valid JSON"));
+  CHECK_THROWS_WITH(cache.import_from(dir.path / "missing.json"), Catch::Contains("does not exist"));
+
+  // A schema-1 file holding one entry whose key says schema 2, and one entry that is not an object.
+  TuningKey odd = fake_key(5);
+  odd.schema = 2;
+  TuningCache other(dir.path / "other.json");
+  other.store(fake_key(6), fake_entry(6));
+  std::string text = read_text(dir.path / "other.json");
+  std::string entries = "\"entries\": {";
+  text.insert(text.find(entries) + entries.size(),
+              cat("\"", odd.str(), "\": {\"key\": {\"ast_hash\": \"hash5\", \"device\": \"", odd.device,
+                  "\", \"renderer\": \"C\", \"action_space\": ", kActionSpaceVersion,
+                  ", \"search\": \"beam=2\", \"schema\": 2}, \"kernel\": \"k\", \"opts\": [], \"default_seconds\": 1,",
+                  " \"best_seconds\": 1, \"created\": \"\", \"ast\": \"\"}, \"junk\": 5, "));
+  write_text(dir.path / "other.json", text);
+  ImportReport r = cache.import_from(dir.path / "other.json");
+  CHECK(r.added == 1);
+  REQUIRE(r.refused.size() == 2);
+  std::string refused = r.refused[0] + "\n" + r.refused[1];
+  INFO(refused);
+  CHECK(contains(refused, "its key has schema 2"));
+  CHECK(contains(refused, "\"junk\": not a JSON object"));
+  CHECK(cache.entries().size() == 2);
+}
+
+// --- verify ---------------------------------------------------------------------------------------
+
+TEST_CASE("compare_kernels finds a wrong output and accepts one within the tolerance", "[cache]") {
+  Device& cpu = get_device("CPU");
+  UOpPtr ast = scale_ast(40, 2.0);
+  LoweredKernel reference = lower_kernel(ast, cpu.spec());
+  OptsCheck wrong = compare_kernels(ast, cpu, reference, lower_kernel(scale_ast(40, 2.5), cpu.spec()));
+  CHECK(wrong.outcome == OptsCheck::Outcome::Mismatch);
+  CHECK(contains(wrong.detail, "buffer 0 element"));
+  OptsCheck close = compare_kernels(ast, cpu, reference, lower_kernel(scale_ast(40, 2.0 * (1 + 1e-5)), cpu.spec()));
+  CHECK(close.outcome == OptsCheck::Outcome::Match);
+}
+
+// The one kernel of a 12x32 @ 32x16 matmul (a reduce with two output loops).
+UOpPtr matmul_ast() {
+  Tensor a = Tensor::from_vector(std::vector<float>(12 * 32, 1.f), {12, 32}, "CPU");
+  Tensor b = Tensor::from_vector(std::vector<float>(32 * 16, 1.f), {32, 16}, "CPU");
+  Schedule s = Tensor::schedule({a.matmul(b)});
+  REQUIRE(s.items.size() == 1);
+  return s.items[0].ast;
+}
+
+TEST_CASE("verify_opts: kernels with opts give the plain kernel's outputs; an opt that does not apply says why", "[cache]") {
+  using O = OptsCheck::Outcome;
+  for (const char* name : {"CPU", "REF"}) {
+    Device& device = get_device(name);
+    UOpPtr sum = scheduled_ast(), mm = matmul_ast();  // sum: axes 0 (4, output), 1 (16, reduce)
+    std::vector<std::pair<UOpPtr, std::vector<Opt>>> cases = {
+        {sum, {}},
+        {sum, {Opt{OptOp::UNROLL, 1, 4}}},
+        {sum, {Opt{OptOp::UPCAST, 0, 4}}},
+        {sum, {Opt{OptOp::UPCAST, 0, 2}, Opt{OptOp::UNROLL, 1, 8}}},
+        {sum, heuristic_opts(sum, device.spec())},
+        {mm, heuristic_opts(mm, device.spec())},
+        {mm, {Opt{OptOp::UPCAST, 0, 4}, Opt{OptOp::UPCAST, 1, 8}, Opt{OptOp::UNROLL, 2, 4}}},
+    };
+    for (const auto& [ast, opts] : cases) {
+      OptsCheck c = verify_opts(ast, device, opts);
+      INFO(name << " " << to_string(opts) << ": " << outcome_name(c.outcome) << " " << c.detail);
+      CHECK(c.outcome == O::Match);
+    }
+    for (std::vector<Opt> bad : {std::vector<Opt>{Opt{OptOp::UNROLL, 0, 4}}, std::vector<Opt>{Opt{OptOp::UPCAST, 0, 3}}}) {
+      OptsCheck c = verify_opts(sum, device, bad);
+      INFO(name << " " << to_string(bad) << ": " << outcome_name(c.outcome) << " " << c.detail);
+      CHECK(c.outcome == O::CouldNotApply);
+      CHECK_FALSE(c.detail.empty());
+      CHECK(c.detail == lower_with_opts(sum, device.spec(), bad).rejected);
+    }
+  }
+}
+
+TEST_CASE("verify_entry re-runs an entry for a device here and skips or fails the others with a reason", "[cache]") {
+  const DeviceSpec& spec = get_device("CPU").spec();
+  UOpPtr ast = scheduled_ast();
+  TuningKey key = tuning_key(ast, spec, "beam=2");
+  TuningEntry entry = fake_entry(1);
+  entry.opts.clear();
+  entry.ast = ast_text(ast);
+  auto expect = [](const TuningKey& k, const TuningEntry& e, OptsCheck::Outcome want, const std::string& detail_part) {
+    OptsCheck c = verify_entry(k, e);
+    INFO(outcome_name(c.outcome) << ": " << c.detail);
+    CHECK(c.outcome == want);
+    CHECK(contains(c.detail, detail_part));
+  };
+  using O = OptsCheck::Outcome;
+  expect(key, entry, O::Match, "");
+  TuningEntry tuned = entry;
+  tuned.opts = {Opt{OptOp::UPCAST, 0, 2}, Opt{OptOp::UNROLL, 1, 4}};
+  expect(key, tuned, O::Match, "");
+
+  TuningKey elsewhere = key, unknown = key;
+  elsewhere.device = "CPU x86-64-v2 gcc 4.8";
+  unknown.device = "TPU v9";
+  expect(elsewhere, entry, O::Skipped, "cached for \"CPU x86-64-v2 gcc 4.8\"");
+  expect(unknown, entry, O::Skipped, "no device named TPU");
+
+  TuningEntry no_ast = entry, other_ast = entry, garbled = entry;
+  no_ast.ast.clear();
+  other_ast.ast = ast_text(scale_ast(16, 2.0));
+  garbled.ast = "kiln-uops 1\n0 NOT_AN_OP void [] -\n";
+  expect(key, no_ast, O::Failed, "holds no AST");
+  expect(key, other_ast, O::Failed, "edited by hand");
+  expect(key, garbled, O::Failed, "unknown op \"NOT_AN_OP\"");
+}
+
+}  // namespace
+}  // namespace kiln

@@ -503,6 +503,25 @@ void run_bench(const BenchOptions& options) {
   add(result("first realize of a new kernel", "16x16 exp+sum", "ms/kernel"),
       [&](BenchResult& r) { new_kernel(r, plan); });
 
+  // On another device, the CPU device's figures for the same two workloads, measured in this run.
+  if (spec.name != "CPU") {
+    std::string saved = config().device;
+    try {
+      get_device("CPU");
+      config().device = "CPU";  // the workloads make their tensors on the default device
+      Inputs cpu_in(plan.n);
+      auto untargeted = [](BenchResult r) {
+        r.target_percent.reset();  // the targets are the bench device's; these are for comparison
+        return r;
+      };
+      add(untargeted(compared("relu(a*b+c) on CPU", n, "GB/s", "C/OpenMP", 0)), [&](BenchResult& r) { elementwise(r, plan, cpu_in, ref); });
+      add(untargeted(compared("matmul on CPU", cat(plan.matmul, "^3 float32"), "GFLOP/s", cat("OpenBLAS sgemm, core ", blas.core), 0)),
+          [&](BenchResult& r) { matmul(r, plan, cpu_in, blas); });
+    } catch (const Error& e) {
+      report.changes.push_back(cat("no CPU figures beside ", spec.name, "'s: ", e.what()));
+    }
+    config().device = saved;
+  }
   report.machine = machine_text(other_load, report.other_cores_busy);
   if (options.json) {
     std::cout << to_json(report).dump(2) << '\n';

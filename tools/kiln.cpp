@@ -27,6 +27,7 @@ namespace kiln {
 
 std::function<void()> setup_search(CLI::App& command);  // tools/search_cmd.cpp
 std::function<void()> setup_cache(CLI::App& command);   // tools/cache_cmd.cpp
+void run_devices_check();                                // tools/devices_check.cpp
 
 namespace {
 
@@ -37,17 +38,6 @@ struct Command {
   const char* help;
   Run (*setup)(CLI::App& command);  // adds the command's options; the returned Run may read them
 };
-
-const char* language_name(Language lang) {
-  switch (lang) {
-    case Language::C: return "C";
-    case Language::OpenCL: return "OpenCL C";
-    case Language::CUDA: return "CUDA C";
-    case Language::SPIRV: return "SPIR-V";
-    case Language::UOps: return "linear UOps";
-  }
-  return "?";
-}
 
 std::string dims_text(const std::array<int64_t, 3>& dims) {
   auto one = [](int64_t d) { return d == INT64_MAX ? std::string("any") : std::to_string(d); };
@@ -77,8 +67,11 @@ void print_spec(const DeviceSpec& spec) {
   field("float16 / float64", cat(spec.has_fp16 ? "yes" : "no", " / ", spec.has_fp64 ? "yes" : "no"));
 }
 
-Run setup_devices(CLI::App&) {
-  return [] {
+Run setup_devices(CLI::App& command) {
+  auto check = std::make_shared<bool>(false);
+  command.add_flag("--check", *check, "run a quick conformance check and a roofline probe (bandwidth, arithmetic, latency) on each available device, with a verdict");
+  return [check] {
+    if (*check) return run_devices_check();
     for (const DeviceStatus& status : probe_devices()) {
       if (!status.available) {
         std::cout << status.name << "  not available: " << status.reason << '\n';
