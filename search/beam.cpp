@@ -1,1 +1,249 @@
+// The BEAM search engine (beam.h). It sees the world only through SearchHooks, so tests drive it with a
+// deterministic timer and made-up failures; search_kernel.cpp gives it a real device.
 #include "search/beam.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <unordered_set>
+
+#include "uop/hash.h"
+#include "uop/thread_pool.h"
+
+namespace kiln {
+
+std::string SearchOptions::params() const {
+  // Only what changes which opts win; limits and the progress callback do not.
+  return cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds, " runs=", timing_runs,
+             " check=", check ? 1 : 0);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+constexpr size_t kMaxFailuresKept = 8;
+
+struct Timed {
+  std::vector<Opt> opts;
+  Built built;
+  double seconds = 0;
+};
+
+// Fastest first; equal times go to fewer opts, then to the opts' text: the same inputs always give the
+// same order, whatever order the candidates were built in.
+bool faster(const Timed& a, const Timed& b) {
+  if (a.seconds != b.seconds) return a.seconds < b.seconds;
+  if (a.opts.size() != b.opts.size()) return a.opts.size() < b.opts.size();
+  return to_string(a.opts) < to_string(b.opts);
+}
+
+class Engine {
+ public:
+  Engine(const SearchHooks& hooks, const SearchOptions& options) : hooks_(hooks), options_(options) {}
+
+  SearchResult run() {
+    if (options_.beam < 1 || options_.timing_runs < 1 || options_.max_rounds < 0)
+      throw Error(cat("search: beam ", options_.beam, ", timing runs ", options_.timing_runs, " and rounds ",
+                      options_.max_rounds, ": beam and runs must be >= 1 and rounds >= 0"));
+    if (!hooks_.actions || !hooks_.build || !hooks_.time)
+      throw Error("search: the hooks need actions, build and time (check too unless options.check is off)");
+    if (options_.check && !hooks_.check) throw Error("search: options.check is on but the hooks have no check");
+
+    // Round 0: the default kernel (the baseline every winner must beat and match) and the bare kernel.
+    std::vector<Timed> beam = evaluate({hooks_.default_opts, {}});
+    auto is_default = [&](const Timed& t) { return t.opts == hooks_.default_opts; };
+    auto found = std::find_if(beam.begin(), beam.end(), is_default);
+    if (found == beam.end())
+      throw Error(cat("search: the default kernel (opts \"", to_string(hooks_.default_opts),
+                      "\") could not be built or timed: ", result_.failures.empty() ? "rejected" : result_.failures.back()));
+    default_ = *found;
+    result_.default_seconds = default_.seconds;
+    std::vector<Timed> all = beam;
+
+    for (int round = 1; round <= options_.max_rounds && !beam.empty(); ++round) {
+      progress_.round = round;
+      result_.rounds = round;
+      double best_before = best_seconds();
+      std::vector<Timed> children = evaluate(expand(beam));
+      if (children.empty()) break;
+      all.insert(all.end(), children.begin(), children.end());
+      std::sort(children.begin(), children.end(), faster);
+      if (children.size() > size_t(options_.beam)) children.resize(size_t(options_.beam));
+      beam = std::move(children);
+      if (beam.front().seconds > best_before * (1 - options_.min_improvement)) break;
+    }
+
+    settle(std::move(all));
+    result_.wall_s = seconds_since(start_);
+    return std::move(result_);
+  }
+
+ private:
+  // Every kept list extended by each single action it allows.
+  std::vector<std::vector<Opt>> expand(const std::vector<Timed>& beam) {
+    std::vector<std::vector<Opt>> out;
+    for (const Timed& parent : beam)
+      for (const Opt& action : hooks_.actions(parent.opts)) {
+        std::vector<Opt> opts = parent.opts;
+        opts.push_back(action);
+        out.push_back(std::move(opts));
+      }
+    return out;
+  }
+
+  // Builds the candidates in parallel, then times the new ones one at a time (timing must not share the
+  // cores with compilers).
+  // Each opt list is tried once in a search.
+  std::vector<Timed> evaluate(std::vector<std::vector<Opt>> lists) {
+    std::vector<std::vector<Opt>> candidates;
+    for (std::vector<Opt>& opts : lists)
+      if (tried_.insert(to_string(opts)).second) candidates.push_back(std::move(opts));
+    result_.candidates += int(candidates.size());
+    std::vector<std::optional<Built>> built(candidates.size());
+    std::vector<std::string> failure(candidates.size());
+    std::vector<char> rejected(candidates.size(), 0);
+    auto build_start = Clock::now();
+    default_pool().parallel_for(0, int64_t(candidates.size()), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        auto start = Clock::now();
+        try {
+          BuildResult r = hooks_.build(candidates[size_t(i)]);
+          if (!r.built) {
+            rejected[size_t(i)] = 1;
+            continue;
+          }
+          double took = seconds_since(start);
+          if (took > options_.compile_limit_s) {
+            failure[size_t(i)] = cat("build took ", took, " s, over the limit of ", options_.compile_limit_s, " s");
+            continue;
+          }
+          built[size_t(i)] = std::move(r.built);
+        } catch (const std::exception& e) {
+          failure[size_t(i)] = e.what();
+        }
+      }
+    }, /*grain=*/1);
+    result_.build_s += seconds_since(build_start);
+
+    std::vector<Timed> out;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (rejected[i]) {
+        ++result_.rejected;
+        continue;
+      }
+      if (!failure[i].empty()) {
+        fail(candidates[i], "build", failure[i]);
+        continue;
+      }
+      ++result_.compiled;
+      ++progress_.compiled;
+      if (!seen_sources_.insert(hash_string(built[i]->source)).second) {
+        ++result_.duplicates;
+        ++progress_.duplicates;
+        continue;
+      }
+      if (std::optional<double> seconds = time(*built[i], candidates[i])) {
+        out.push_back({candidates[i], std::move(*built[i]), *seconds});
+        if (best_ == 0 || *seconds < best_) {
+          best_ = *seconds;
+          progress_.best_opts = candidates[i];
+        }
+      }
+      report();
+    }
+    return out;
+  }
+
+  // The minimum of the runs, or nullopt when the launch failed or took too long.
+  std::optional<double> time(const Built& built, const std::vector<Opt>& opts) {
+    auto start = Clock::now();
+    double best = 0;
+    try {
+      for (int run = 0; run < options_.timing_runs; ++run) {
+        double seconds = hooks_.time(built);
+        result_.kernel_s += seconds;
+        // Nothing slower than the default can win, so the limit is never below the default's time; the
+        // default itself (timed first) is never disqualified.
+        double limit = std::max(options_.launch_limit_s, result_.default_seconds);
+        if (result_.default_seconds > 0 && seconds > limit) {
+          fail(opts, "launch", cat("took ", seconds, " s, over the limit of ", limit, " s"));
+          result_.timing_s += seconds_since(start);
+          return std::nullopt;
+        }
+        best = run == 0 ? seconds : std::min(best, seconds);
+        if (best_ > 0 && best > best_ * options_.early_stop) break;  // more runs cannot make it a winner
+      }
+    } catch (const std::exception& e) {
+      fail(opts, "launch", e.what());
+      result_.timing_s += seconds_since(start);
+      return std::nullopt;
+    }
+    result_.timing_s += seconds_since(start);
+    ++result_.timed;
+    ++progress_.timed;
+    return best;
+  }
+
+  // The fastest candidate whose output matches the default's; the default when none faster does.
+  void settle(std::vector<Timed> all) {
+    std::sort(all.begin(), all.end(), faster);
+    result_.opts = default_.opts;
+    result_.best_seconds = default_.seconds;
+    int checks = 0;
+    for (const Timed& t : all) {
+      if (t.seconds >= default_.seconds || t.opts == default_.opts) break;
+      if (t.built.source == default_.built.source) continue;
+      if (options_.check) {
+        if (checks++ == options_.max_checks) break;
+        auto start = Clock::now();
+        std::optional<std::string> mismatch = hooks_.check(t.built, default_.built);
+        result_.check_s += seconds_since(start);
+        if (mismatch) {
+          ++result_.mismatched;
+          keep_failure(cat(to_string(t.opts), ": output differs from the default kernel's: ", *mismatch));
+          continue;
+        }
+      }
+      result_.opts = t.opts;
+      result_.best_seconds = t.seconds;
+      result_.improved = true;
+      return;
+    }
+  }
+
+  void fail(const std::vector<Opt>& opts, const char* stage, const std::string& why) {
+    ++result_.failed;
+    ++progress_.failed;
+    keep_failure(cat("[", to_string(opts), "] ", stage, " failed: ", why));
+    report();
+  }
+  void keep_failure(std::string text) {
+    if (result_.failures.size() < kMaxFailuresKept) result_.failures.push_back(std::move(text));
+  }
+  double best_seconds() const { return best_; }
+
+  void report() {
+    if (!hooks_.progress) return;
+    progress_.elapsed_s = seconds_since(start_);
+    progress_.best_seconds = best_;
+    hooks_.progress(progress_);
+  }
+
+  const SearchHooks& hooks_;
+  const SearchOptions& options_;
+  Clock::time_point start_ = Clock::now();
+  SearchResult result_;
+  SearchProgress progress_;
+  Timed default_;
+  double best_ = 0;                      // fastest time so far (0: none yet)
+  std::set<std::string> tried_;          // opt lists already built, as text
+  std::unordered_set<uint64_t> seen_sources_;
+};
+
+}  // namespace
+
+SearchResult beam_search(const SearchHooks& hooks, const SearchOptions& options) { return Engine(hooks, options).run(); }
+
+}  // namespace kiln

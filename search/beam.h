@@ -1,2 +1,124 @@
-// BEAM search over lower/opts.h (not written yet).
+// BEAM search: which opts (lower/opts.h) make one kernel fastest on one device, by trying them.
+//
+//   SearchResult r = search_kernel(get_device("CPU"), item.ast, kernel_buffers(item.bufs), {.beam = 4});
+//   LoweredKernel k = *lower_with_opts(item.ast, spec, r.opts).kernel;   // r.opts: the checked winner
+//
+//   SearchHooks hooks = ...;            // the engine alone, with injected pieces: tests use a fake timer
+//   SearchResult r = beam_search(hooks, options);
+//
+// The engine (beam_search) keeps the `beam` fastest opt lists. Each round it extends every kept list by
+// each single action (action_space), builds the new candidates in parallel on the thread pool, drops
+// those whose source is identical to one already seen, times the rest one after another (the minimum of
+// `timing_runs` launches, stopping early once a candidate is clearly slower than the best), and keeps the
+// `beam` fastest. It stops when a round improves the best time by less than `min_improvement`, after
+// `max_rounds`, or when no new candidate appears. A candidate whose build fails (a compile error) or
+// whose launch fails is disqualified and search goes on; so is one whose compile or launch took longer
+// than its limit (measured when it ends: a compiler process or a CPU kernel is not interrupted).
+// Before the winner is accepted, its output is compared with the default-opts kernel's on the same random
+// inputs; a winner that does not match is rejected and the next fastest is checked.
+//
+// search_kernel is the engine on a real device: lower_with_opts + Device::compile + load to build, timed
+// launches on scratch buffers (never the caller's data) to time. A kernel whose default launch is long is
+// timed on a shrunken launch (a fraction of global[0], the time scaled back up); the default's and the
+// winner's reported times are full launches.
 #pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "devices/device.h"
+#include "lower/opts.h"
+#include "uop/uop.h"
+
+namespace kiln {
+
+struct SearchOptions {
+  int beam = 4;                   // opt lists kept per round, >= 1
+  double min_improvement = 0.01;  // a round that improves the best by less than this fraction ends search
+  int max_rounds = 10;            // rounds of expansion after the starting candidates
+  int timing_runs = 3;            // a candidate's time is the minimum of this many launches
+  double early_stop = 1.5;        // stop timing a candidate once its best run is this many times the best's
+  double compile_limit_s = 20;    // a build (lower + compile + load) that took longer is disqualified
+  double launch_limit_s = 2;      // a launch longer than this and than the default's is disqualified
+  double shrink_above_s = 0.02;   // search_kernel: default launches longer than this are timed shrunken
+  int max_checks = 3;             // winners checked against the default before search settles for it
+  bool check = true;              // compare the winner's output with the default's (off only in tests)
+
+  // What changes the answer, as text for the tuning-cache key ("beam=4 ...").
+  std::string params() const;
+};
+
+// A built candidate: its source (identical source = the same candidate) and whatever time() and check()
+// need (for search_kernel, the loaded program), opaque to the engine.
+struct Built {
+  std::string source;
+  std::shared_ptr<void> artifact;
+};
+
+// build()'s answer: a built candidate, or `rejected` saying why the opts do not apply (not a candidate,
+// not a failure). A failure (a compile error) is thrown.
+struct BuildResult {
+  std::optional<Built> built;
+  std::string rejected;
+};
+
+struct SearchProgress {
+  int round = 0;             // 0: the starting candidates
+  int compiled = 0, timed = 0, failed = 0, duplicates = 0;
+  double elapsed_s = 0;
+  double best_seconds = 0;   // 0 until a candidate has been timed
+  std::vector<Opt> best_opts;
+  double candidates_per_s() const { return elapsed_s > 0 ? compiled / elapsed_s : 0; }
+};
+
+// The engine's view of the world. build may be called from several threads at once; the others are
+// called from the thread running beam_search.
+struct SearchHooks {
+  std::vector<Opt> default_opts;  // the kernel without search: the baseline and the output check's reference
+  std::function<std::vector<Opt>(std::span<const Opt> applied)> actions;
+  std::function<BuildResult(std::span<const Opt> opts)> build;
+  std::function<double(const Built& built)> time;  // one launch, in seconds; throws when the launch fails
+  // nullopt when the candidate's output matches the reference's, else what differs.
+  std::function<std::optional<std::string>(const Built& candidate, const Built& reference)> check;
+  std::function<void(const SearchProgress&)> progress;  // optional: after each candidate is timed
+};
+
+struct SearchResult {
+  std::vector<Opt> opts;        // the winner (default_opts when nothing faster passed the check)
+  bool improved = false;        // opts differ from the default's and were faster
+  double default_seconds = 0;   // the default kernel's time (minimum of the runs)
+  double best_seconds = 0;      // the winner's time
+  int rounds = 0;
+  int candidates = 0;           // opt lists tried (built or rejected)
+  int rejected = 0;             // opts that do not apply
+  int compiled = 0, duplicates = 0, timed = 0, failed = 0, mismatched = 0;
+  std::vector<std::string> failures;  // the first few failures and mismatches, each naming the opts
+  // Where the wall time went: building (lowering + compiling + loading, in parallel), timing (launches
+  // and the work between them; kernel_s of it inside the kernels), checking outputs.
+  double wall_s = 0, build_s = 0, timing_s = 0, kernel_s = 0, check_s = 0;
+  double lower_cpu_s = 0, compile_cpu_s = 0;  // summed over threads, when the hooks report them
+};
+
+SearchResult beam_search(const SearchHooks& hooks, const SearchOptions& options);
+
+// --- on a device ----------------------------------------------------------------------------------
+
+// One buffer a kernel takes, in DEFINE_GLOBAL slot order (ScheduleItem::bufs).
+struct KernelBuffer {
+  int64_t size = 0;  // elements
+  DType dtype;
+};
+std::vector<KernelBuffer> kernel_buffers(std::span<const UOpPtr> buffers);  // from BUFFER nodes
+
+SearchResult search_kernel(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers,
+                           const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress = {});
+
+// Floating-point operations one run of the kernel does: each float ALU op once per iteration of the
+// loops it depends on (an estimate: ops the lowering folds or duplicates are not seen).
+double kernel_flops(const UOpPtr& ast);
+
+}  // namespace kiln

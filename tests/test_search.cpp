@@ -1,2 +1,273 @@
-// [search] tests (being written).
+// [search] BEAM search. The engine is driven by a made-up world: a table of candidate times (so no
+// test depends on how fast anything runs), builds that fail on demand, and an output check that says
+// which candidates are wrong. Then one real search on the CPU.
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "frontend/realize.h"
+#include "frontend/tensor.h"
+#include "search/beam.h"
+#include "uop/config.h"
+
+using namespace kiln;
+
+namespace {
+
+Opt up(int axis, int64_t n) { return Opt{OptOp::UPCAST, axis, n}; }
+Opt un(int axis, int64_t n) { return Opt{OptOp::UNROLL, axis, n}; }
+
+// A deterministic world. Candidates are opt lists; each list's time comes from `times` by its text
+// (lists not in the table take `slow`); the source of a list is its text unless `same_source` maps it
+// to another's. Every list may be extended by every action in `actions` not already in it.
+struct FakeWorld {
+  std::vector<Opt> actions = {up(0, 2), up(0, 4), un(1, 4)};
+  std::map<std::string, double> times;
+  double slow = 10.0;
+  std::set<std::string> fail_build, fail_launch, wrong_output;
+  std::map<std::string, std::string> same_source;
+  std::vector<Opt> default_opts;
+
+  std::mutex mu;
+  std::map<std::string, int> launches;  // per source
+  std::vector<std::string> checked;
+
+  SearchHooks hooks() {
+    SearchHooks h;
+    h.default_opts = default_opts;
+    h.actions = [this](std::span<const Opt> applied) {
+      std::vector<Opt> out;
+      for (const Opt& a : actions)
+        if (std::find(applied.begin(), applied.end(), a) == applied.end()) out.push_back(a);
+      return out;
+    };
+    h.build = [this](std::span<const Opt> opts) -> BuildResult {
+      std::string text = to_string(opts);
+      if (fail_build.count(text)) throw Error(cat("fake compile error for ", text));
+      auto alias = same_source.find(text);
+      std::string source = alias == same_source.end() ? text : alias->second;
+      return {Built{source, std::make_shared<std::string>(text)}, ""};
+    };
+    h.time = [this](const Built& b) {
+      const std::string& text = *static_cast<std::string*>(b.artifact.get());
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++launches[b.source];
+      }
+      if (fail_launch.count(text)) throw Error("fake launch failure");
+      auto t = times.find(text);
+      return t == times.end() ? slow : t->second;
+    };
+    h.check = [this](const Built& candidate, const Built&) -> std::optional<std::string> {
+      const std::string& text = *static_cast<std::string*>(candidate.artifact.get());
+      checked.push_back(text);
+      if (wrong_output.count(text)) return "fake mismatch";
+      return std::nullopt;
+    };
+    return h;
+  }
+};
+
+SearchOptions options(int beam = 2) {
+  SearchOptions o;
+  o.beam = beam;
+  o.launch_limit_s = 1e9;  // the fake times are seconds-long
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("search: the winner is the fastest candidate, found through the rounds", "[search]") {
+  FakeWorld w;
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 5.0}, {"UPCAST(0,4)", 4.0}, {"UNROLL(1,4)", 7.0},
+             {"UPCAST(0,4) UNROLL(1,4)", 2.0}, {"UPCAST(0,4) UNROLL(1,4) UPCAST(0,2)", 1.5}};
+  SearchResult r = beam_search(w.hooks(), options());
+  INFO(to_string(r.opts));
+  CHECK(to_string(r.opts) == "UPCAST(0,4) UNROLL(1,4) UPCAST(0,2)");
+  CHECK(r.improved);
+  CHECK(r.default_seconds == 8.0);
+  CHECK(r.best_seconds == 1.5);
+  CHECK(r.failed == 0);
+  CHECK(w.checked == std::vector<std::string>{"UPCAST(0,4) UNROLL(1,4) UPCAST(0,2)"});
+}
+
+TEST_CASE("search: nothing faster than the default keeps the default opts", "[search]") {
+  FakeWorld w;
+  w.default_opts = {up(0, 2)};
+  w.times = {{"UPCAST(0,2)", 1.0}};  // every other list takes `slow`
+  SearchResult r = beam_search(w.hooks(), options());
+  CHECK(r.opts == std::vector<Opt>{up(0, 2)});
+  CHECK_FALSE(r.improved);
+  CHECK(r.best_seconds == r.default_seconds);
+  CHECK(w.checked.empty());  // nothing to check: the default is its own reference
+}
+
+TEST_CASE("search: equal times break the same way whatever order the actions come in", "[search]") {
+  for (bool reversed : {false, true}) {
+    FakeWorld w;
+    if (reversed) std::reverse(w.actions.begin(), w.actions.end());
+    w.times = {{"", 8.0}, {"UPCAST(0,2)", 3.0}, {"UPCAST(0,4)", 3.0}, {"UNROLL(1,4)", 3.0}};
+    SearchResult r = beam_search(w.hooks(), options(1));
+    INFO("actions reversed: " << reversed << ", winner " << to_string(r.opts));
+    // Fewer opts first, then the opts' text: "UNROLL(1,4)" < "UPCAST(0,2)" < "UPCAST(0,4)".
+    CHECK(to_string(r.opts) == "UNROLL(1,4)");
+  }
+}
+
+TEST_CASE("search: a candidate that fails to build or launch is skipped and search goes on", "[search]") {
+  FakeWorld w;
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 1.0}, {"UPCAST(0,4)", 2.0}, {"UNROLL(1,4)", 3.0}};
+  w.fail_build = {"UPCAST(0,2)"};
+  w.fail_launch = {"UPCAST(0,4)"};
+  SearchResult r = beam_search(w.hooks(), options());
+  CHECK(to_string(r.opts) == "UNROLL(1,4)");
+  CHECK(r.failed == 2);
+  REQUIRE(r.failures.size() == 2);
+  CHECK(r.failures[0].find("UPCAST(0,2)") != std::string::npos);
+  CHECK(r.failures[0].find("fake compile error") != std::string::npos);
+  CHECK(r.failures[1].find("fake launch failure") != std::string::npos);
+}
+
+TEST_CASE("search: a launch over the time limit disqualifies the candidate after one run", "[search]") {
+  FakeWorld w;
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 50.0}, {"UPCAST(0,4)", 6.0}};
+  SearchOptions o = options();
+  o.launch_limit_s = 20;
+  SearchResult r = beam_search(w.hooks(), o);
+  CHECK(w.launches["UPCAST(0,2)"] == 1);
+  CHECK(r.failed >= 1);
+  CHECK(r.failures[0].find("over the limit") != std::string::npos);
+  CHECK(to_string(r.opts) == "UPCAST(0,4)");
+}
+
+TEST_CASE("search: the output check rejects a wrong winner and the next fastest wins", "[search]") {
+  FakeWorld w;
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 1.0}, {"UPCAST(0,4)", 2.0}, {"UNROLL(1,4)", 3.0}};
+  w.wrong_output = {"UPCAST(0,2)"};
+  SearchResult r = beam_search(w.hooks(), options());
+  CHECK(to_string(r.opts) == "UPCAST(0,4)");
+  CHECK(r.mismatched == 1);
+  CHECK(w.checked == std::vector<std::string>{"UPCAST(0,2)", "UPCAST(0,4)"});
+  REQUIRE_FALSE(r.failures.empty());
+  CHECK(r.failures.back().find("fake mismatch") != std::string::npos);
+}
+
+TEST_CASE("search: when every faster candidate is wrong, the default stays", "[search]") {
+  FakeWorld w;
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 1.0}};
+  w.wrong_output = {"UPCAST(0,2)"};
+  w.actions = {up(0, 2)};
+  SearchResult r = beam_search(w.hooks(), options());
+  CHECK(r.opts.empty());
+  CHECK_FALSE(r.improved);
+  CHECK(r.mismatched == 1);
+}
+
+TEST_CASE("search: candidates with identical source are compiled but timed once", "[search]") {
+  FakeWorld w;
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 4.0}, {"UPCAST(0,4)", 4.0}};
+  w.same_source = {{"UPCAST(0,4)", "UPCAST(0,2)"}};
+  w.actions = {up(0, 2), up(0, 4)};
+  SearchResult r = beam_search(w.hooks(), options());
+  CHECK(r.duplicates >= 1);
+  CHECK(w.launches.count("UPCAST(0,4)") == 0);
+  CHECK(w.launches["UPCAST(0,2)"] >= 1);
+}
+
+TEST_CASE("search: a round that improves less than the threshold ends the search", "[search]") {
+  FakeWorld w;
+  w.actions = {up(0, 2), up(1, 2), up(2, 2), up(3, 2)};
+  // Round 1 halves the time; round 2 gains 0.5%; round 3 would gain a lot but is never reached.
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 4.0}, {"UPCAST(0,2) UPCAST(1,2)", 3.98},
+             {"UPCAST(0,2) UPCAST(1,2) UPCAST(2,2)", 1.0}};
+  SearchOptions o = options(1);
+  o.min_improvement = 0.01;
+  SearchResult r = beam_search(w.hooks(), o);
+  CHECK(r.rounds == 2);
+  CHECK(to_string(r.opts) == "UPCAST(0,2) UPCAST(1,2)");
+  CHECK(w.launches.count("UPCAST(0,2) UPCAST(1,2) UPCAST(2,2)") == 0);
+}
+
+TEST_CASE("search: timing stops early once a candidate is clearly slower than the best", "[search]") {
+  FakeWorld w;
+  w.actions = {up(0, 2), up(0, 4)};
+  w.times = {{"", 1.0}, {"UPCAST(0,2)", 5.0}, {"UPCAST(0,4)", 0.9}};
+  SearchOptions o = options();
+  o.timing_runs = 5;
+  beam_search(w.hooks(), o);
+  CHECK(w.launches[""] == 5);             // the first candidate has nothing to lose against
+  CHECK(w.launches["UPCAST(0,2)"] == 1);  // 5x the best after one run
+  CHECK(w.launches["UPCAST(0,4)"] == 5);
+}
+
+TEST_CASE("search: a default kernel that cannot be built is an error naming it", "[search]") {
+  FakeWorld w;
+  w.default_opts = {up(0, 4)};
+  w.fail_build = {"UPCAST(0,4)"};
+  CHECK_THROWS_WITH(beam_search(w.hooks(), options()), Catch::Contains("default kernel") && Catch::Contains("UPCAST(0,4)"));
+}
+
+TEST_CASE("search: bad options are errors, not hangs", "[search]") {
+  FakeWorld w;
+  SearchOptions o = options(0);
+  CHECK_THROWS_WITH(beam_search(w.hooks(), o), Catch::Contains("beam"));
+  o = options();
+  o.timing_runs = 0;
+  CHECK_THROWS_WITH(beam_search(w.hooks(), o), Catch::Contains("runs"));
+}
+
+TEST_CASE("search: kernel_flops counts a matmul's multiply-adds", "[search]") {
+  Tensor a = Tensor::from_vector(std::vector<float>(8 * 16, 1.0f), {8, 16});
+  Tensor b = Tensor::from_vector(std::vector<float>(16 * 4, 2.0f), {16, 4});
+  Schedule s = schedule_uops({a.matmul(b).uop()});
+  REQUIRE_FALSE(s.items.empty());
+  const ScheduleItem& mm = s.items.back();
+  CHECK(kernel_flops(mm.ast) == Approx(2.0 * 8 * 16 * 4));
+}
+
+TEST_CASE("search: a real search of a small matmul on the CPU gives the right product", "[search]") {
+  std::vector<float> av(24 * 40), bv(40 * 16);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = std::sin(0.1f * float(i));
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.07f * float(i));
+  Tensor a = Tensor::from_vector(av, {24, 40}, "CPU"), b = Tensor::from_vector(bv, {40, 16}, "CPU");
+  Schedule s = schedule_uops({a.matmul(b).uop()});
+  const ScheduleItem& mm = s.items.back();
+  SearchOptions o = options(2);
+  o.max_rounds = 2;
+  SearchResult r = search_kernel(get_device("CPU"), mm.ast, kernel_buffers(mm.bufs), o);
+  INFO("opts " << to_string(r.opts) << ", compiled " << r.compiled << ", failures: " << (r.failures.empty() ? "" : r.failures[0]));
+  CHECK(r.compiled >= 1);
+  CHECK(r.mismatched == 0);
+  CHECK(r.best_seconds > 0);
+  CHECK(r.best_seconds <= r.default_seconds);
+
+  // The winner's kernel computes the product.
+  Lowering l = lower_with_opts(mm.ast, get_device("CPU").spec(), r.opts);
+  REQUIRE(l.kernel);
+  Device& cpu = get_device("CPU");
+  std::vector<RawBuffer> raws;
+  std::vector<std::vector<float>> host = {std::vector<float>(24 * 16), av, bv};
+  // The slots after the output are the inputs in the order the kernel reads them: find which is which
+  // by size (a is 24x40, b is 40x16).
+  REQUIRE(mm.bufs.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    int64_t n = mm.bufs[i]->arg_as<BufferArg>().size;
+    const std::vector<float>& src = i == 0 ? host[0] : (n == 24 * 40 ? av : bv);
+    raws.push_back(cpu.alloc(src.size() * 4));
+    cpu.copy_in(raws.back(), src.data(), src.size() * 4);
+  }
+  cpu.load(cpu.compile(l.kernel->source, l.kernel->name))->launch(raws, {}, l.kernel->dims, false);
+  std::vector<float> got(24 * 16);
+  cpu.copy_out(got.data(), raws[0], got.size() * 4);
+  for (RawBuffer& raw : raws) cpu.free(raw);
+  for (int i = 0; i < 24; ++i)
+    for (int j = 0; j < 16; ++j) {
+      double want = 0;
+      for (int k = 0; k < 40; ++k) want += double(av[size_t(i * 40 + k)]) * double(bv[size_t(k * 16 + j)]);
+      INFO("row " << i << " column " << j);
+      CHECK(got[size_t(i * 16 + j)] == Approx(want).margin(1e-4));
+    }
+}
