@@ -626,7 +626,11 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       int64_t used = 1;  // work-items the LOCALs above took
       for (const Opt& o : opts)
         if (o.op == OptOp::LOCAL) used *= o.amount;
+      int64_t copies = 1;  // reductions the UPCASTs made, each with its own shared array
+      for (const Opt& o : opts)
+        if (o.op == OptOp::UPCAST) copies *= o.amount;
       int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({total / used, spec.max_local_dims[0]}));
+      while (n >= 8 && copies * used * n * 8 > spec.shared_bytes) n /= 2;  // 8: the widest element
       if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
     }
   } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {

@@ -52,13 +52,17 @@ class Engine {
     if (options_.check && !hooks_.check) throw Error("search: options.check is on but the hooks have no check");
 
     // Round 0: the default kernel (the baseline every winner must beat and match) and the bare kernel.
-    std::vector<Timed> beam = evaluate({hooks_.default_opts, {}});
+    // The default first and alone: timed in a batch, it could be stopped early behind a faster bare
+    // kernel and then be missing as the baseline.
+    std::vector<Timed> beam = evaluate({hooks_.default_opts});
     auto is_default = [&](const Timed& t) { return t.opts == hooks_.default_opts; };
     auto found = std::find_if(beam.begin(), beam.end(), is_default);
     if (found == beam.end())
       throw Error(cat("search: the default kernel (opts \"", to_string(hooks_.default_opts),
                       "\") could not be built or timed: ", result_.failures.empty() ? "rejected" : result_.failures.back()));
     default_ = *found;
+    if (!hooks_.default_opts.empty())
+      for (Timed& t : evaluate({{}})) beam.push_back(std::move(t));
     result_.default_seconds = default_.seconds;
     std::vector<Timed> all = beam;
 

@@ -263,5 +263,21 @@ TEST_CASE("GPU-style lowering splits a loop longer than a grid dimension allows"
 }
 
 
+TEST_CASE("GPU-style heuristics fit their shared-memory reductions in the device's shared memory", "[opts]") {
+  DeviceSpec gpu = fake_gpu_spec();  // 16 KiB of shared memory
+  for (int64_t n : {64, 128, 256}) {
+    Tensor a = Tensor::rand({n, n}).realize(), b = Tensor::rand({n, n}).realize();
+    for (Tensor out : {a.matmul(b), a.sum({1}), a.sum()}) {
+      Schedule s = Tensor::schedule({out});
+      for (const ScheduleItem& item : s.items) {
+        std::vector<Opt> opts = heuristic_opts(item.ast, gpu);
+        Lowering l = lower_with_opts(item.ast, gpu, opts);
+        INFO(n << ": " << to_string(opts) << ": " << l.rejected);
+        CHECK(l.kernel);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
