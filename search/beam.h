@@ -118,6 +118,10 @@ std::vector<KernelBuffer> kernel_buffers(std::span<const UOpPtr> buffers);  // f
 SearchResult search_kernel(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers,
                            const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress = {});
 
+// The minimum of `runs` timed launches (after one untimed) of a lowered kernel, on scratch buffers with
+// random contents: how `kiln search` measures the default and the tuned kernel side by side.
+double time_kernel(Device& device, const LoweredKernel& kernel, std::span<const KernelBuffer> buffers, int runs);
+
 // Floating-point operations one run of the kernel does: each float ALU op once per iteration of the
 // loops it depends on (an estimate: ops the lowering folds or duplicates are not seen).
 double kernel_flops(const UOpPtr& ast);

@@ -221,6 +221,16 @@ class DeviceSearch {
 
 }  // namespace
 
+double time_kernel(Device& device, const LoweredKernel& kernel, std::span<const KernelBuffer> buffers, int runs) {
+  if (runs < 1) throw Error(cat("time_kernel: ", runs, " runs; time at least one"));
+  Scratch scratch(device, buffers);
+  std::unique_ptr<Program> program = device.load(device.compile(kernel.source, kernel.name));
+  program->launch(scratch.raws(), {}, kernel.dims, true);
+  double best = program->launch(scratch.raws(), {}, kernel.dims, true);
+  for (int i = 1; i < runs; ++i) best = std::min(best, program->launch(scratch.raws(), {}, kernel.dims, true));
+  return best;
+}
+
 SearchResult search_kernel(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers,
                            const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress) {
   return DeviceSearch(device, ast, buffers, options).run(progress);
