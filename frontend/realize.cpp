@@ -9,6 +9,7 @@
 
 #include "lower/lower.h"
 #include "schedule/schedule_cache.h"
+#include "search/tuned.h"
 #include "uop/big_stack.h"
 #include "uop/config.h"
 #include "uop/hash.h"
@@ -89,14 +90,17 @@ struct CompiledKernel {
 // identifies the kernel for as long as the entry exists, and a lookup is one hash of two pointers.
 class KernelCache {
  public:
-  CompiledKernel& get(Device& device, const UOpPtr& ast) {
+  CompiledKernel& get(Device& device, const ScheduleItem& item) {
+    const UOpPtr& ast = item.ast;
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<CompiledKernel>& entry = cache_[{&device, ast.get()}];
     if (entry) return *entry;
     if (observer) observer(ast);
     auto compiled = std::make_unique<CompiledKernel>();
     compiled->ast = ast;
-    compiled->lowered = lower_kernel(ast, device.spec());
+    // KILN_BEAM: the tuning cache's opts, or a search's (once per new kernel: this cache keeps the result).
+    compiled->lowered = config().beam > 0 ? tuned_kernel(device, ast, kernel_buffers(item.bufs), config().beam)
+                                          : lower_kernel(ast, device.spec());
     compiled->program = device.load(device.compile(compiled->lowered.source, compiled->lowered.name));
     ++g_lowered;
     entry = std::move(compiled);
@@ -137,7 +141,7 @@ void run_item(const ScheduleItem& item) {
     return;
   }
   Device& device = *storage_of(item.bufs[0]).device;
-  CompiledKernel& k = kernel_cache().get(device, item.ast);
+  CompiledKernel& k = kernel_cache().get(device, item);
   std::vector<RawBuffer> raws;
   for (const UOpPtr& b : item.bufs) raws.push_back(storage_of(b).raw);
   bool timed = config().debug >= 2;

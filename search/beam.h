@@ -14,8 +14,9 @@
 // `max_rounds`, or when no new candidate appears. A candidate whose build fails (a compile error) or
 // whose launch fails is disqualified and search goes on; so is one whose compile or launch took longer
 // than its limit (measured when it ends: a compiler process or a CPU kernel is not interrupted).
-// Before the winner is accepted, its output is compared with the default-opts kernel's on the same random
-// inputs; a winner that does not match is rejected and the next fastest is checked.
+// Before the winner is accepted, its output is compared with the plain kernel's (no opts) on the same
+// random inputs (search/verify.h, as `kiln cache verify` does); a winner that does not match is rejected
+// and the next fastest is checked.
 //
 // search_kernel is the engine on a real device: lower_with_opts + Device::compile + load to build, timed
 // launches on scratch buffers (never the caller's data) to time. A kernel whose default launch is long is
@@ -78,12 +79,12 @@ struct SearchProgress {
 // The engine's view of the world. build may be called from several threads at once; the others are
 // called from the thread running beam_search.
 struct SearchHooks {
-  std::vector<Opt> default_opts;  // the kernel without search: the baseline and the output check's reference
+  std::vector<Opt> default_opts;  // the kernel without search (heuristics): the baseline to beat
   std::function<std::vector<Opt>(std::span<const Opt> applied)> actions;
   std::function<BuildResult(std::span<const Opt> opts)> build;
   std::function<double(const Built& built)> time;  // one launch, in seconds; throws when the launch fails
-  // nullopt when the candidate's output matches the reference's, else what differs.
-  std::function<std::optional<std::string>(const Built& candidate, const Built& reference)> check;
+  // nullopt when the candidate's output matches the plain kernel's on the same inputs, else what differs.
+  std::function<std::optional<std::string>(const Built& candidate)> check;
   std::function<void(const SearchProgress&)> progress;  // optional: after each candidate is timed
 };
 
@@ -116,6 +117,10 @@ std::vector<KernelBuffer> kernel_buffers(std::span<const UOpPtr> buffers);  // f
 
 SearchResult search_kernel(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers,
                            const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress = {});
+
+// The minimum of `runs` timed launches (after one untimed) of a lowered kernel, on scratch buffers with
+// random contents: how `kiln search` measures the default and the tuned kernel side by side.
+double time_kernel(Device& device, const LoweredKernel& kernel, std::span<const KernelBuffer> buffers, int runs);
 
 // Floating-point operations one run of the kernel does: each float ALU op once per iteration of the
 // loops it depends on (an estimate: ops the lowering folds or duplicates are not seen).

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "search/beam.h"
+#include "search/verify.h"
 #include "uop/half.h"
 
 namespace kiln {
@@ -47,8 +48,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Values random enough to tell a wrong kernel from a right one and tame enough for every kernel: floats
-// in [-1, 1); integers in [1, 4], never 0, because integer division by zero traps in C; bools 0 or 1.
+// Timing inputs, tame for every kernel: floats in [-1, 1) (no denormals, no inf); integers in [1, 4],
+// never 0, because integer division by zero traps in C; bools 0 or 1. (The output check makes its own,
+// search/verify.h.)
 std::vector<uint8_t> random_bytes(const KernelBuffer& b, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -74,63 +76,20 @@ std::vector<uint8_t> random_bytes(const KernelBuffer& b, uint64_t seed) {
   return bytes;
 }
 
-double value_at(const std::vector<uint8_t>& bytes, DType dtype, size_t i) {
-  const uint8_t* at = bytes.data() + i * dtype.itemsize();
-  auto read = [&]<typename T>(T) { T v; std::memcpy(&v, at, sizeof v); return v; };
-  switch (dtype.scalar) {
-    case ScalarType::Float32: return read(float{});
-    case ScalarType::Float64: return read(double{});
-    case ScalarType::Float16: return half_bits_to_float(read(uint16_t{}));
-    case ScalarType::BFloat16: return bf16_bits_to_float(read(uint16_t{}));
-    case ScalarType::Bool: case ScalarType::UInt8: return read(uint8_t{});
-    case ScalarType::Int8: return read(int8_t{});
-    case ScalarType::Int16: return read(int16_t{});
-    case ScalarType::Int32: return read(int32_t{});
-    case ScalarType::Int64: return double(read(int64_t{}));
-    case ScalarType::UInt16: return read(uint16_t{});
-    case ScalarType::UInt32: return read(uint32_t{});
-    case ScalarType::UInt64: return double(read(uint64_t{}));
-    case ScalarType::Void: return 0;
-  }
-  return 0;
-}
-
-// Nullopt when `got` matches `want`. Floats may differ by what reassociating a float sum costs (the
-// winner may add in another order): |got - want| <= rtol |want| + atol * max(1, largest |want|). NaN
-// matches NaN, inf matches the same inf; integers and bools match exactly.
-std::optional<std::string> compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DType dtype, size_t slot) {
-  size_t n = want.size() / dtype.itemsize();
-  bool half = dtype.scalar == ScalarType::Float16 || dtype.scalar == ScalarType::BFloat16;
-  double rtol = half ? 1e-2 : 1e-3, atol = half ? 1e-2 : 1e-4, scale = 1;
-  if (is_float(dtype))
-    for (size_t i = 0; i < n; ++i)
-      if (double w = std::fabs(value_at(want, dtype, i)); std::isfinite(w)) scale = std::max(scale, w);
-  for (size_t i = 0; i < n; ++i) {
-    double g = value_at(got, dtype, i), w = value_at(want, dtype, i);
-    bool same = g == w || (std::isnan(g) && std::isnan(w)) ||
-                (is_float(dtype) && std::isfinite(w) && std::fabs(g - w) <= rtol * std::fabs(w) + atol * scale);
-    if (!same)
-      return cat("buffer ", slot, " (", dtype.name(), ") element ", i, " is ", g, ", the default kernel's is ", w,
-                 " (", n, " elements)");
-  }
-  return std::nullopt;
-}
-
 struct Compiled {
   LoweredKernel kernel;
   std::unique_ptr<Program> program;
 };
 
-// Scratch buffers on the device with random contents, given back when the search ends.
+// Scratch buffers on the device for timing, with random contents, given back when the search ends.
 class Scratch {
  public:
   Scratch(Device& device, std::span<const KernelBuffer> buffers) : device_(device) {
     for (size_t i = 0; i < buffers.size(); ++i) {
-      dtypes_.push_back(buffers[i].dtype);
-      contents_.push_back(random_bytes(buffers[i], 0x5eed + i));
-      raws_.push_back(device.alloc(contents_.back().size()));
+      std::vector<uint8_t> contents = random_bytes(buffers[i], 0x5eed + i);
+      raws_.push_back(device.alloc(contents.size()));
+      device.copy_in(raws_.back(), contents.data(), contents.size());
     }
-    refill();
   }
   ~Scratch() {
     for (RawBuffer& r : raws_) device_.free(r);
@@ -138,42 +97,17 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
 
-  void refill() {
-    for (size_t i = 0; i < raws_.size(); ++i) device_.copy_in(raws_[i], contents_[i].data(), contents_[i].size());
-  }
-  std::vector<uint8_t> read(size_t slot) {
-    std::vector<uint8_t> out(contents_[slot].size());
-    device_.copy_out(out.data(), raws_[slot], out.size());
-    return out;
-  }
   std::span<const RawBuffer> raws() const { return raws_; }
-  DType dtype(size_t slot) const { return dtypes_[slot]; }
 
  private:
   Device& device_;
-  std::vector<DType> dtypes_;
-  std::vector<std::vector<uint8_t>> contents_;
   std::vector<RawBuffer> raws_;
 };
-
-// The DEFINE_GLOBAL slots the kernel stores to.
-std::vector<size_t> output_slots(const UOpPtr& ast) {
-  std::set<size_t> slots;
-  for (const UOpPtr& u : toposort(ast))
-    if (u->op == Op::STORE && u->src[0]->op == Op::INDEX && u->src[0]->src[0]->op == Op::DEFINE_GLOBAL)
-      slots.insert(size_t(u->src[0]->src[0]->arg_as<int64_t>()));
-  return {slots.begin(), slots.end()};
-}
 
 class DeviceSearch {
  public:
   DeviceSearch(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers, const SearchOptions& options)
-      : device_(device), ast_(ast), options_(options), scratch_(device, buffers), outputs_(output_slots(ast)) {
-    for (size_t slot : outputs_)
-      if (slot >= buffers.size())
-        throw Error(cat("search: the kernel stores to buffer slot ", slot, " but only ", buffers.size(),
-                        " buffers were given; pass one KernelBuffer per DEFINE_GLOBAL slot"));
-  }
+      : device_(device), ast_(ast), options_(options), scratch_(device, buffers) {}
 
   SearchResult run(const std::function<void(const SearchProgress&)>& progress) {
     SearchHooks hooks;
@@ -181,7 +115,7 @@ class DeviceSearch {
     hooks.actions = [&](std::span<const Opt> applied) { return action_space(ast_, device_.spec(), applied); };
     hooks.build = [&](std::span<const Opt> opts) { return build(opts); };
     hooks.time = [&](const Built& b) { return time(compiled(b), shrink_); };
-    hooks.check = [&](const Built& candidate, const Built& reference) { return check(compiled(candidate), compiled(reference)); };
+    hooks.check = [&](const Built& candidate) { return check(compiled(candidate)); };
     hooks.progress = progress;
     choose_shrink(hooks.default_opts);
     SearchResult r = beam_search(hooks, options_);
@@ -264,31 +198,38 @@ class DeviceSearch {
     r.timing_s += seconds_since(start);
   }
 
-  std::optional<std::string> check(Compiled& candidate, Compiled& reference) {
-    auto outputs_of = [&](Compiled& c) {
-      scratch_.refill();  // the same inputs for both, even when the kernel writes a buffer it reads
-      c.program->launch(scratch_.raws(), {}, c.kernel.dims, false);
-      device_.synchronize();
-      std::vector<std::vector<uint8_t>> out;
-      for (size_t slot : outputs_) out.push_back(scratch_.read(slot));
-      return out;
-    };
-    std::vector<std::vector<uint8_t>> want = outputs_of(reference), got = outputs_of(candidate);
-    for (size_t i = 0; i < outputs_.size(); ++i)
-      if (auto mismatch = compare(got[i], want[i], scratch_.dtype(outputs_[i]), outputs_[i])) return mismatch;
-    return std::nullopt;
+  // Against the plain kernel (no opts), as `kiln cache verify` checks cached winners (search/verify.h).
+  std::optional<std::string> check(Compiled& candidate) {
+    if (!plain_) {
+      Lowering plain = lower_with_opts(ast_, device_.spec(), {});
+      KILN_ASSERT(plain.kernel.has_value(), "every kernel lowers with no opts: ", plain.rejected);
+      plain_ = std::move(plain.kernel);
+    }
+    OptsCheck c = compare_kernels(ast_, device_, *plain_, candidate.kernel);
+    if (c.outcome == OptsCheck::Outcome::Match) return std::nullopt;
+    return c.detail;
   }
 
   Device& device_;
   UOpPtr ast_;
   const SearchOptions& options_;
   Scratch scratch_;
-  std::vector<size_t> outputs_;
+  std::optional<LoweredKernel> plain_;
   int64_t shrink_ = 1;
   std::atomic<int64_t> lower_ns_{0}, compile_ns_{0};
 };
 
 }  // namespace
+
+double time_kernel(Device& device, const LoweredKernel& kernel, std::span<const KernelBuffer> buffers, int runs) {
+  if (runs < 1) throw Error(cat("time_kernel: ", runs, " runs; time at least one"));
+  Scratch scratch(device, buffers);
+  std::unique_ptr<Program> program = device.load(device.compile(kernel.source, kernel.name));
+  program->launch(scratch.raws(), {}, kernel.dims, true);
+  double best = program->launch(scratch.raws(), {}, kernel.dims, true);
+  for (int i = 1; i < runs; ++i) best = std::min(best, program->launch(scratch.raws(), {}, kernel.dims, true));
+  return best;
+}
 
 SearchResult search_kernel(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers,
                            const SearchOptions& options, const std::function<void(const SearchProgress&)>& progress) {
