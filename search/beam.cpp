@@ -53,6 +53,7 @@ class Engine {
 
     // Round 0: the default kernel (the baseline every winner must beat and match) and the bare kernel.
     std::vector<Timed> beam = evaluate({hooks_.default_opts, {}});
+    std::erase_if(beam, [&](const Timed& t) { return t.seconds > best_seconds() * options_.early_stop; });
     auto is_default = [&](const Timed& t) { return t.opts == hooks_.default_opts; };
     auto found = std::find_if(beam.begin(), beam.end(), is_default);
     if (found == beam.end())
@@ -70,6 +71,8 @@ class Engine {
       if (children.empty()) break;
       all.insert(all.end(), children.begin(), children.end());
       std::sort(children.begin(), children.end(), faster);
+      // A child whose timing stopped early (clearly slower than the best) is not worth extending.
+      std::erase_if(children, [&](const Timed& t) { return t.seconds > best_seconds() * options_.early_stop; });
       if (children.size() > size_t(options_.beam)) children.resize(size_t(options_.beam));
       beam = std::move(children);
       if (beam.front().seconds > best_before * (1 - options_.min_improvement)) break;
@@ -219,7 +222,10 @@ class Engine {
     keep_failure(cat("[", to_string(opts), "] ", stage, " failed: ", why));
     report();
   }
+  // The first line, shortened: a compile error's text holds the compiler's whole log and the source.
   void keep_failure(std::string text) {
+    text = text.substr(0, text.find('\n'));
+    if (text.size() > 300) text = text.substr(0, 297) + "...";
     if (result_.failures.size() < kMaxFailuresKept) result_.failures.push_back(std::move(text));
   }
   double best_seconds() const { return best_; }
