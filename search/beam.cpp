@@ -63,6 +63,7 @@ class Engine {
     default_ = *found;
     if (!hooks_.default_opts.empty())
       for (Timed& t : evaluate({{}})) beam.push_back(std::move(t));
+    std::erase_if(beam, [&](const Timed& t) { return !is_default(t) && t.seconds > best_seconds() * options_.early_stop; });
     result_.default_seconds = default_.seconds;
     std::vector<Timed> all = beam;
 
@@ -74,6 +75,8 @@ class Engine {
       if (children.empty()) break;
       all.insert(all.end(), children.begin(), children.end());
       std::sort(children.begin(), children.end(), faster);
+      // A child whose timing stopped early (clearly slower than the best) is not worth extending.
+      std::erase_if(children, [&](const Timed& t) { return t.seconds > best_seconds() * options_.early_stop; });
       if (children.size() > size_t(options_.beam)) children.resize(size_t(options_.beam));
       beam = std::move(children);
       if (beam.front().seconds > best_before * (1 - options_.min_improvement)) break;
@@ -223,7 +226,10 @@ class Engine {
     keep_failure(cat("[", to_string(opts), "] ", stage, " failed: ", why));
     report();
   }
+  // The first line, shortened: a compile error's text holds the compiler's whole log and the source.
   void keep_failure(std::string text) {
+    text = text.substr(0, text.find('\n'));
+    if (text.size() > 300) text = text.substr(0, 297) + "...";
     if (result_.failures.size() < kMaxFailuresKept) result_.failures.push_back(std::move(text));
   }
   double best_seconds() const { return best_; }

@@ -10,7 +10,8 @@
 // each single action (action_space), builds the new candidates in parallel on the thread pool, drops
 // those whose source is identical to one already seen, times the rest one after another (the minimum of
 // `timing_runs` launches, stopping early once a candidate is clearly slower than the best), and keeps the
-// `beam` fastest. It stops when a round improves the best time by less than `min_improvement`, after
+// `beam` fastest (of those within `early_stop` of the best: one whose timing stopped early is not
+// extended). It stops when a round improves the best time by less than `min_improvement`, after
 // `max_rounds`, or when no new candidate appears. A candidate whose build fails (a compile error) or
 // whose launch fails is disqualified and search goes on; so is one whose compile or launch took longer
 // than its limit (measured when it ends: a compiler process or a CPU kernel is not interrupted).
@@ -99,7 +100,8 @@ struct SearchResult {
   int compiled = 0, duplicates = 0, timed = 0, failed = 0, mismatched = 0;
   std::vector<std::string> failures;  // the first few failures and mismatches, each naming the opts
   // Where the wall time went: building (lowering + compiling + loading, in parallel), timing (launches
-  // and the work between them; kernel_s of it inside the kernels), checking outputs.
+  // and the work between them; kernel_s of it inside the kernels, as launched: shrunken launches count
+  // their own time, not the scaled-up figure), checking outputs.
   double wall_s = 0, build_s = 0, timing_s = 0, kernel_s = 0, check_s = 0;
   double lower_cpu_s = 0, compile_cpu_s = 0;  // summed over threads, when the hooks report them
 };

@@ -122,6 +122,7 @@ class DeviceSearch {
     r.lower_cpu_s = lower_ns_.load() * 1e-9;
     r.compile_cpu_s = compile_ns_.load() * 1e-9;
     if (shrink_ > 1) retime_full(r);
+    r.kernel_s = launch_ns_.load() * 1e-9;
     return r;
   }
 
@@ -157,7 +158,9 @@ class DeviceSearch {
         scale = double(whole) / double(part);
       }
     }
-    return c.program->launch(scratch_.raws(), {}, dims, true) * scale;
+    double seconds = c.program->launch(scratch_.raws(), {}, dims, true);
+    launch_ns_ += int64_t(seconds * 1e9);
+    return seconds * scale;
   }
 
   // A kernel whose default launch takes longer than shrink_above_s is timed on a part of its launch, so a
@@ -216,7 +219,7 @@ class DeviceSearch {
   Scratch scratch_;
   std::optional<LoweredKernel> plain_;
   int64_t shrink_ = 1;
-  std::atomic<int64_t> lower_ns_{0}, compile_ns_{0};
+  std::atomic<int64_t> lower_ns_{0}, compile_ns_{0}, launch_ns_{0};
 };
 
 }  // namespace

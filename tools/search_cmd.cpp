@@ -316,6 +316,10 @@ void print_table(const std::string& title, int beam, const DeviceSpec& spec, con
               << " s, compiling and loading " << fixed(sum.compile_cpu_s, 1) << " s) + timing " << fixed(sum.timing_s, 1)
               << " s (" << fixed(sum.kernel_s, 2) << " s inside kernels, the rest launching) + output checks "
               << fixed(sum.check_s, 1) << " s\n";
+  for (const Row& r : rows)
+    if (r.tuned.search)
+      for (size_t i = 0; i < r.tuned.search->failures.size() && i < 3; ++i)
+        std::cout << "  " << r.tuned.name << ": " << r.tuned.search->failures[i] << "\n";
   if (hits == int(rows.size()) && !rows.empty())
     std::cout << "every kernel came from the tuning cache (searched in an earlier run): search took "
               << fixed(search_wall, 3) << " s\n";
