@@ -315,7 +315,7 @@ TEST_CASE("search: KILN_BEAM tunes a new kernel once while realizing, stores it,
       CHECK(got[size_t(i * 5 + j)] == Approx(want).margin(1e-4));
     }
   REQUIRE(scope.tuned.size() == 1);
-  const TunedKernel& first = scope.tuned[0];
+  const TunedKernel first = scope.tuned[0];  // a copy: the push_back below may move the vector
   CHECK_FALSE(first.cache_hit);
   REQUIRE(first.search.has_value());
   CHECK(first.search->mismatched == 0);
