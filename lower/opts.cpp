@@ -72,7 +72,7 @@ struct Axis {
   UOpPtr range;            // the loop that is left of the axis (its size shrinks as opts take factors)
   AxisKind kind;
   UOpPtr local = nullptr;  // LOCAL, GROUP: the range that becomes a work-item id
-  bool upcast = false, padded = false, split = false;
+  bool upcast = false, split = false;
 };
 
 bool is_gpu(const DeviceSpec& spec) { return spec.max_local > 0; }
@@ -284,7 +284,6 @@ class OptApplier {
         UOpPtr before = a.range, after;
         sink_ = pad_range(sink_, before, padded, after);
         a.range = after;
-        a.padded = true;
         return std::nullopt;
       }
       case OptOp::LOCAL: {

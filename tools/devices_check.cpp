@@ -42,7 +42,7 @@ double worst_error(const std::vector<float>& got, const std::vector<float>& want
 }
 
 struct CheckCase {
-  const char* name;
+  std::string name;
   std::function<double(const std::string&)> run;  // the worst error on the device
 };
 
@@ -80,7 +80,7 @@ std::vector<CheckCase> check_cases(const std::vector<std::string>& others) {
        }},
   };
   for (const std::string& other : others)
-    cases.push_back({nullptr, [other](const std::string& d) {
+    cases.push_back({cat("copy to ", other, " and back"), [other](const std::string& d) {
                        std::vector<float> a = pattern(1000, 0.5f, 8), want(1000);
                        for (size_t i = 0; i < 1000; ++i) want[i] = a[i] * 2 + 1;
                        Tensor t = (Tensor::from_vector(a, {1000}, d) * 2.0).to(other) + 1.0;
@@ -121,7 +121,6 @@ void run_devices_check() {
     std::cout << d << "\n";
     int passed = 0, total = 0;
     for (const CheckCase& c : check_cases(others)) {
-      std::string name = c.name ? c.name : cat("copy to ", others[total - 4], " and back");
       ++total;
       std::string result;
       try {
@@ -132,7 +131,7 @@ void run_devices_check() {
       } catch (const std::exception& e) {
         result = cat("ERROR: ", e.what());
       }
-      std::cout << "    " << std::left << std::setw(34) << name << result << "\n";
+      std::cout << "    " << std::left << std::setw(34) << c.name << result << "\n";
     }
     // Roofline probe. REF interprets: a smaller problem keeps it to seconds.
     bool slow = d == "REF";
