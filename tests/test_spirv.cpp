@@ -75,16 +75,20 @@ std::vector<Bytes> run(Device& device, const std::vector<UOpPtr>& linear, std::v
     source = serialize_program(linear);
   }
   std::unique_ptr<Program> program = device.load(device.compile(source, "test_kernel"));
-  std::vector<RawBuffer> raws;
+  // The buffers go back to the device even when the launch throws (the tests expect some to).
+  struct Buffers {
+    Device& device;
+    std::vector<RawBuffer> raws;
+    ~Buffers() {
+      for (RawBuffer& r : raws) device.free(r);
+    }
+  } held{device, {}};
   for (const Bytes& b : buffers) {
-    raws.push_back(device.alloc(b.size()));
-    device.copy_in(raws.back(), b.data(), b.size());
+    held.raws.push_back(device.alloc(b.size()));
+    device.copy_in(held.raws.back(), b.data(), b.size());
   }
-  program->launch(raws, var_values, dims, false);
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    device.copy_out(buffers[i].data(), raws[i], buffers[i].size());
-    device.free(raws[i]);
-  }
+  program->launch(held.raws, var_values, dims, false);
+  for (size_t i = 0; i < buffers.size(); ++i) device.copy_out(buffers[i].data(), held.raws[i], buffers[i].size());
   return buffers;
 }
 
