@@ -561,6 +561,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
   std::vector<Opt> opts;
   if (outputs.empty()) return opts;
   bool reduces = has_reduce(sink);
+  std::optional<int> tile_vector;  // a register tile's vector axis
   std::vector<int64_t> remaining(axes.size());
   for (size_t i = 0; i < axes.size(); ++i) remaining[i] = axes[i].range->end()->vmax();
   if (sink->src.size() == 1 && (reduces || !has_transcendental(sink))) {
@@ -628,6 +629,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       opts.push_back({OptOp::UPCAST, last, 2});
       remaining[last] /= 2;
     }
+    if (vector && tile_rows > 0) tile_vector = last;
   }
   if (is_gpu(spec)) {
     int64_t budget = std::min<int64_t>(spec.max_local, 256);
@@ -661,7 +663,12 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
     }
   } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {
-    opts.push_back({OptOp::THREAD, outputs.front(), 0});
+    // Threads split their axis into outermost blocks. A register tile's vector axis, split that way,
+    // keeps each thread's panel of vector loads (B of a matmul: K x 32 floats) in its own cache while
+    // it walks the rows (matmul 1024^3, 2 cores: 206 -> 284 GFLOP/s); given enough blocks per thread.
+    int axis = outputs.front();
+    if (tile_vector && remaining[*tile_vector] >= 4 * spec.threads) axis = *tile_vector;
+    opts.push_back({OptOp::THREAD, axis, 0});
   }
   return opts;
 }

@@ -15,7 +15,7 @@ namespace kiln {
 std::string SearchOptions::params() const {
   // Only what changes which opts win; limits and the progress callback do not.
   return cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds, " runs=", timing_runs,
-             " check=", check ? 1 : 0);
+             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6);
 }
 
 namespace {
@@ -61,6 +61,13 @@ class Engine {
       throw Error(cat("search: the default kernel (opts \"", to_string(hooks_.default_opts),
                       "\") could not be built or timed: ", result_.failures.empty() ? "rejected" : result_.failures.back()));
     default_ = *found;
+    result_.default_seconds = default_.seconds;
+    if (default_.seconds < options_.min_default_s) {
+      result_.too_small = true;
+      settle(std::move(beam));
+      result_.wall_s = seconds_since(start_);
+      return std::move(result_);
+    }
     if (!hooks_.default_opts.empty())
       for (Timed& t : evaluate({{}})) beam.push_back(std::move(t));
     std::erase_if(beam, [&](const Timed& t) { return !is_default(t) && t.seconds > best_seconds() * options_.early_stop; });

@@ -11,7 +11,8 @@
 // those whose source is identical to one already seen, times the rest one after another (the minimum of
 // `timing_runs` launches, stopping early once a candidate is clearly slower than the best), and keeps the
 // `beam` fastest (of those within `early_stop` of the best: one whose timing stopped early is not
-// extended). It stops when a round improves the best time by less than `min_improvement`, after
+// extended). A kernel whose default runs in under `min_default_s` is not searched (too_small). It
+// stops when a round improves the best time by less than `min_improvement`, after
 // `max_rounds`, or when no new candidate appears. A candidate whose build fails (a compile error) or
 // whose launch fails is disqualified and search goes on; so is one whose compile or launch took longer
 // than its limit (measured when it ends: a compiler process or a CPU kernel is not interrupted).
@@ -48,6 +49,8 @@ struct SearchOptions {
   double launch_limit_s = 2;      // a launch longer than this and than the default's is disqualified
   double shrink_above_s = 0.02;   // search_kernel: default launches longer than this are timed shrunken
   int max_checks = 3;             // winners checked against the default before search settles for it
+  double min_default_s = 50e-6;   // a kernel whose default launch is faster keeps the default opts: search
+                                  // could save less than this per launch, for seconds of compiling
   bool check = true;              // compare the winner's output with the default's (off only in tests)
 
   // What changes the answer, as text for the tuning-cache key ("beam=4 ...").
@@ -95,6 +98,7 @@ struct SearchResult {
   double default_seconds = 0;   // the default kernel's time (minimum of the runs)
   double best_seconds = 0;      // the winner's time
   int rounds = 0;
+  bool too_small = false;       // the default was under min_default_s: not searched
   int candidates = 0;           // opt lists tried (built or rejected)
   int rejected = 0;             // opts that do not apply
   int compiled = 0, duplicates = 0, timed = 0, failed = 0, mismatched = 0;

@@ -77,6 +77,7 @@ SearchOptions options(int beam = 2) {
   SearchOptions o;
   o.beam = beam;
   o.launch_limit_s = 1e9;  // the fake times are seconds-long
+  o.min_default_s = 0;     // and the real searches below are of tiny kernels
   return o;
 }
 
@@ -94,6 +95,27 @@ TEST_CASE("search: the winner is the fastest candidate, found through the rounds
   CHECK(r.best_seconds == 1.5);
   CHECK(r.failed == 0);
   CHECK(w.checked == std::vector<std::string>{"UPCAST(0,4) UNROLL(1,4) UPCAST(0,2)"});
+}
+
+TEST_CASE("search: a kernel whose default is under min_default_s is kept without a search", "[search]") {
+  FakeWorld w;
+  w.default_opts = {up(0, 2)};
+  w.times = {{"UPCAST(0,2)", 3.0}, {"", 1.0}};  // the bare kernel would be faster, were it tried
+  SearchOptions o = options();
+  o.min_default_s = 4.0;
+  SearchResult r = beam_search(w.hooks(), o);
+  CHECK(r.too_small);
+  CHECK(r.opts == std::vector<Opt>{up(0, 2)});
+  CHECK(r.rounds == 0);
+  CHECK(r.timed == 1);
+  CHECK(r.default_seconds == 3.0);
+  o.min_default_s = 2.0;  // just under the default: searched, and the bare kernel wins
+  FakeWorld again;
+  again.default_opts = {up(0, 2)};
+  again.times = w.times;
+  SearchResult searched = beam_search(again.hooks(), o);
+  CHECK_FALSE(searched.too_small);
+  CHECK(searched.opts.empty());
 }
 
 TEST_CASE("search: nothing faster than the default keeps the default opts", "[search]") {

@@ -242,6 +242,11 @@ class ProgressLine {
       return;
     }
     const SearchResult& r = *t.search;
+    if (r.too_small) {
+      std::cerr << "kiln search: " << t.name << ": " << us(r.default_seconds) << " us with the default opts, under the "
+                << us(SearchOptions{}.min_default_s) << " us worth searching; kept\n";
+      return;
+    }
     std::cerr << "kiln search: " << t.name << ": " << us(r.default_seconds) << " -> " << us(r.best_seconds)
               << " us while searching, " << r.compiled << " compiled in " << fixed(r.wall_s, 1) << " s\n";
   }
