@@ -11,6 +11,7 @@
 #include "frontend/tensor.h"
 #include "helpers.h"
 #include "lower/lower.h"
+#include "lower/opts.h"
 #include "uop/config.h"
 #include "uop/serialize.h"
 
@@ -47,6 +48,15 @@ Kernel lower_one(const Tensor& out, const DeviceSpec& spec = c_spec()) {
   REQUIRE(s.items.size() == 1);
   REQUIRE(s.items[0].kind == ScheduleItem::Kind::Kernel);
   return {s.items[0], lower_kernel(s.items[0].ast, spec)};
+}
+
+// The same with the given opts instead of the heuristics' (a kernel of a known shape).
+Kernel lower_one(const Tensor& out, std::vector<Opt> opts) {
+  Schedule s = Tensor::schedule({out});
+  REQUIRE(s.items.size() == 1);
+  Lowering l = lower_with_opts(s.items[0].ast, c_spec(), opts);
+  REQUIRE(l.kernel);
+  return {s.items[0], *l.kernel};
 }
 
 // Runs the kernel on REF: slot 0 is the output, the other slots are filled from `inputs` by BUFFER.
@@ -294,7 +304,7 @@ TEST_CASE("REF runs an elementwise kernel", "[ref]") {
 TEST_CASE("REF runs a sum over the inner axis", "[ref]") {
   std::vector<float> av = sample_floats(16 * 32);
   Tensor a = Tensor::from_vector(av, {16, 32});
-  Kernel k = lower_one(a.sum({1}));
+  Kernel k = lower_one(a.sum({1}), std::vector<Opt>{});
   CHECK(count_ops(k.lowered.linear, Op::DEFINE_REG) == 1);
   std::vector<float> want(16, 0.0f);
   for (size_t i = 0; i < 16; ++i)
@@ -343,7 +353,7 @@ TEST_CASE("REF runs a padded view through gated loads", "[ref]") {
 TEST_CASE("REF runs a threaded kernel, one gid per outer index", "[ref]") {
   std::vector<float> av = sample_floats(256 * 128);
   Tensor a = Tensor::from_vector(av, {256, 128});
-  Kernel k = lower_one(a.sum({1}) * 0.5);
+  Kernel k = lower_one(a.sum({1}) * 0.5, std::vector<Opt>{{OptOp::THREAD, 0, 0}});
   REQUIRE(count_ops(k.lowered.linear, Op::SPECIAL) == 1);
   CHECK(k.lowered.dims.global[0] == 256);
   std::vector<float> want(256, 0.0f);
