@@ -1,7 +1,9 @@
 // Every tensor op against the naive reference evaluator (tests/reference), on random inputs with a fixed
 // seed: broadcasting, negative axes, non-contiguous inputs, size-0 and size-1 axes, integer and float
 // dtypes, NaN and inf.
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <functional>
 #include <random>
 
@@ -160,6 +162,36 @@ TEST_CASE("NaN and inf propagate through elementwise math and reductions", "[ops
   expect_close(t.max({1}), R::max(a, {1}));
   expect_close(t.min({1}), R::min(a, {1}));
   expect_close(t.argmax(1), R::argmax(a, 1));
+}
+
+// Distance in representable floats (ulps) between two finite floats of the same sign, or 0 when
+// both are the same NaN-or-inf-or-zero.
+int64_t ulps_apart(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : INT64_MAX;
+  if (a == b) return 0;
+  if (std::isinf(a) || std::isinf(b) || std::signbit(a) != std::signbit(b)) return INT64_MAX;
+  return std::abs(int64_t(std::bit_cast<uint32_t>(a)) - int64_t(std::bit_cast<uint32_t>(b)));
+}
+
+TEST_CASE("exp2 in float32 is within 3 ulps over its whole range, subnormal results and specials included", "[ops]") {
+  // A sweep from below the smallest subnormal result to past overflow, plus the edges and specials.
+  std::vector<float> x;
+  for (float v = -155.0f; v <= 130.0f; v += 0.0137f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, 127.0f, 127.99f, 128.0f, -126.0f, -149.0f, -149.5f, -150.0f, -150.5f,
+                  1e-8f, -1e-8f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    x.push_back(v);
+  std::vector<float> got = Tensor::from_vector(x, {int64_t(x.size())}).exp2().to_vector<float>();
+  REQUIRE(got.size() == x.size());
+  int64_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    float want = static_cast<float>(std::exp2(double(x[i])));
+    INFO("exp2(" << x[i] << ") = " << got[i] << ", want " << want);
+    int64_t d = ulps_apart(got[i], want);
+    CHECK(d <= 3);
+    worst = std::max(worst, d);
+  }
+  CHECK(worst <= 3);
 }
 
 TEST_CASE("binary ops broadcast and promote like PyTorch", "[ops]") {
