@@ -33,9 +33,11 @@ namespace kiln {
 namespace {
 
 // No -ffast-math: NaN and inf must propagate. -fno-math-errno lets sqrt and friends inline. -fwrapv:
-// kiln's integers wrap (uop/ops.h), which C leaves undefined for signed types.
+// kiln's integers wrap (uop/ops.h), which C leaves undefined for signed types. -ffp-contract=fast: a
+// multiply and the add that consumes it become one FMA (one rounding, not two) even across statements,
+// as the renderer writes them; without it a matmul's inner loop is vmulps + vaddps, never vfmadd.
 const std::vector<std::string> kCompileFlags = {"-O2", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv",
-                                                "-fno-plt"};
+                                                "-fno-plt", "-ffp-contract=fast"};
 
 // Buffers this large come from mmap with transparent huge pages: first touch of 4 KiB pages is very
 // slow on these machines (NOTES.md), and huge pages cut it about 60x.
