@@ -1,6 +1,7 @@
 #include "lower/opts.h"
 
 #include <algorithm>
+#include <set>
 #include <iostream>
 #include <unordered_map>
 #include <unordered_set>
@@ -727,6 +728,41 @@ std::vector<Opt> action_space(const UOpPtr& ast, const DeviceSpec& spec, std::sp
     if (!probe.apply(o)) valid.push_back(o);
   }
   return valid;
+}
+
+std::vector<std::vector<Opt>> opt_neighbours(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts) {
+  std::vector<std::vector<Opt>> out;
+  std::set<std::string> seen{to_string(opts)};
+  auto offer = [&](std::vector<Opt> list) {
+    OptApplier k(ast, spec);
+    for (const Opt& o : list)
+      if (k.apply(o)) return;
+    if (seen.insert(to_string(list)).second) out.push_back(std::move(list));
+  };
+  for (size_t i = 0; i < opts.size(); ++i) {
+    std::vector<Opt> list(opts.begin(), opts.end());
+    if (opts[i].op == OptOp::THREAD) {
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+      for (const Opt& a : action_space(ast, spec, list))
+        if (a.op == OptOp::THREAD) {
+          std::vector<Opt> moved = list;
+          moved.insert(moved.begin() + static_cast<std::ptrdiff_t>(i), a);
+          offer(std::move(moved));
+        }
+      continue;
+    }
+    if (opts[i].amount >= 2 && opts[i].op != OptOp::SWAP) {
+      for (int64_t amount : {opts[i].amount * 2, opts[i].amount % 2 == 0 ? opts[i].amount / 2 : int64_t{1}}) {
+        if (amount < 2) continue;
+        std::vector<Opt> changed = list;
+        changed[i].amount = amount;
+        offer(std::move(changed));
+      }
+    }
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+    offer(std::move(list));
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -68,11 +68,13 @@ class Engine {
       result_.wall_s = seconds_since(start_);
       return std::move(result_);
     }
-    if (!hooks_.default_opts.empty())
-      for (Timed& t : evaluate({{}})) beam.push_back(std::move(t));
+    std::vector<std::vector<Opt>> starts = hooks_.seeds;
+    if (!hooks_.default_opts.empty()) starts.insert(starts.begin(), std::vector<Opt>{});
+    for (Timed& t : evaluate(std::move(starts))) beam.push_back(std::move(t));
     std::erase_if(beam, [&](const Timed& t) { return !is_default(t) && t.seconds > best_seconds() * options_.early_stop; });
-    result_.default_seconds = default_.seconds;
     std::vector<Timed> all = beam;
+    std::stable_sort(beam.begin(), beam.end(), faster);
+    if (beam.size() > size_t(options_.beam)) beam.resize(size_t(options_.beam));
 
     for (int round = 1; round <= options_.max_rounds && !beam.empty(); ++round) {
       progress_.round = round;

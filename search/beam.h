@@ -6,7 +6,8 @@
 //   SearchHooks hooks = ...;            // the engine alone, with injected pieces: tests use a fake timer
 //   SearchResult r = beam_search(hooks, options);
 //
-// The engine (beam_search) keeps the `beam` fastest opt lists. Each round it extends every kept list by
+// The engine (beam_search) starts from the default opts, the bare kernel and any seeds, and keeps the
+// `beam` fastest opt lists. Each round it extends every kept list by
 // each single action (action_space), builds the new candidates in parallel on the thread pool, drops
 // those whose source is identical to one already seen, times the rest one after another (the minimum of
 // `timing_runs` launches, stopping early once a candidate is clearly slower than the best), and keeps the
@@ -84,6 +85,9 @@ struct SearchProgress {
 // called from the thread running beam_search.
 struct SearchHooks {
   std::vector<Opt> default_opts;  // the kernel without search (heuristics): the baseline to beat
+  // More starting lists, tried in round 0 beside the default and the bare kernel (search_kernel: the
+  // default's neighbours, opt_neighbours in lower/opts.h); the fastest `beam` of all of them go on.
+  std::vector<std::vector<Opt>> seeds;
   std::function<std::vector<Opt>(std::span<const Opt> applied)> actions;
   std::function<BuildResult(std::span<const Opt> opts)> build;
   std::function<double(const Built& built)> time;  // one launch, in seconds; throws when the launch fails

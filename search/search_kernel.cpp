@@ -112,6 +112,7 @@ class DeviceSearch {
   SearchResult run(const std::function<void(const SearchProgress&)>& progress) {
     SearchHooks hooks;
     hooks.default_opts = heuristic_opts(ast_, device_.spec());
+    hooks.seeds = opt_neighbours(ast_, device_.spec(), hooks.default_opts);
     hooks.actions = [&](std::span<const Opt> applied) { return action_space(ast_, device_.spec(), applied); };
     hooks.build = [&](std::span<const Opt> opts) { return build(opts); };
     hooks.time = [&](const Built& b) { return time(compiled(b), shrink_); };

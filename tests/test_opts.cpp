@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "devices/device.h"
 #include "frontend/tensor.h"
@@ -145,6 +146,36 @@ TEST_CASE("the heuristics' opts are listed and reproduce lower_kernel", "[opts]"
   REQUIRE(l.kernel);
   CHECK(l.kernel->source == lower_kernel(s.items[0].ast, spec).source);
   CHECK(l.kernel->opts == opts);
+}
+
+TEST_CASE("the neighbours of the heuristics' opts apply, differ from them, and give the same result", "[opts]") {
+  for (auto& [name, item] : kernels()) {
+    const DeviceSpec& spec = get_device("CPU").spec();
+    std::vector<Opt> start = heuristic_opts(item.ast, spec);
+    std::vector<std::vector<Opt>> near = opt_neighbours(item.ast, spec, start);
+    INFO(name << ": " << to_string(start));
+    std::set<std::string> seen;
+    std::vector<float> want = run_kernel(item, "REF", nullptr);
+    for (std::vector<Opt>& list : near) {
+      INFO(to_string(list));
+      CHECK(to_string(list) != to_string(start));
+      CHECK(seen.insert(to_string(list)).second);
+      CHECK(lower_with_opts(item.ast, spec, list).kernel.has_value());
+      expect_close(run_kernel(item, "CPU", &list), want);
+    }
+    // Each opt of the start is dropped in one neighbour (when the rest still applies).
+    if (start.size() >= 2) CHECK(near.size() >= 1);
+  }
+  // A matmul's register tile: the rows halved, and THREAD on the other output axis, are neighbours.
+  Tensor m = Tensor::rand({64, 64}).realize(), n = Tensor::rand({64, 64}).realize();
+  const ScheduleItem item = Tensor::schedule({m.matmul(n)}).items.back();
+  std::vector<Opt> start{{OptOp::UPCAST, 0, 8}, {OptOp::UPCAST, 1, 16}, {OptOp::THREAD, 1, 0}};
+  std::set<std::string> near;
+  for (const std::vector<Opt>& l : opt_neighbours(item.ast, get_device("CPU").spec(), start)) near.insert(to_string(l));
+  CHECK(near.count("UPCAST(0,4) UPCAST(1,16) THREAD(1,0)"));
+  CHECK(near.count("UPCAST(0,8) UPCAST(1,16) THREAD(0,0)"));
+  CHECK(near.count("UPCAST(1,16) THREAD(1,0)"));
+  CHECK(near.count("UPCAST(0,8) UPCAST(1,16) THREAD(1,0)") == 0);
 }
 
 TEST_CASE("PADTO masks the extra iterations of output and reduce axes", "[opts]") {

@@ -118,6 +118,20 @@ TEST_CASE("search: a kernel whose default is under min_default_s is kept without
   CHECK(searched.opts.empty());
 }
 
+TEST_CASE("search: seeds start beside the default, and the fastest of them is extended", "[search]") {
+  FakeWorld w;
+  w.default_opts = {up(0, 2)};
+  w.actions = {un(1, 4)};
+  w.times = {{"UPCAST(0,2)", 6.0}, {"UPCAST(0,4)", 5.0}, {"UPCAST(0,4) UNROLL(1,4)", 2.0}, {"UPCAST(0,2) UNROLL(1,4)", 3.0}};
+  SearchHooks h = w.hooks();
+  h.seeds = {{up(0, 4)}, {up(0, 8)}};  // UPCAST(0,8) takes `slow` and is not kept
+  SearchOptions o = options(1);
+  SearchResult r = beam_search(h, o);
+  CHECK(to_string(r.opts) == "UPCAST(0,4) UNROLL(1,4)");
+  CHECK(r.default_seconds == 6.0);
+  CHECK(r.best_seconds == 2.0);
+}
+
 TEST_CASE("search: nothing faster than the default keeps the default opts", "[search]") {
   FakeWorld w;
   w.default_opts = {up(0, 2)};
