@@ -230,14 +230,5 @@ UOpPtr upcast_vector(const UOpPtr& sink, const UOpPtr& r, int64_t lanes) {
   return sink->with_src(stores);
 }
 
-std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r) {
-  // A variable stands for r: substitute() rewrites what it substitutes, so r -> r+1 would not end.
-  UOpPtr x = var("step", 0, std::max<int64_t>(r->end()->vmax() - 2, 0), r->dtype);
-  UOpPtr step = simplify(substitute(index, {{r.get(), x + const_int(1, r->dtype)}}) - substitute(index, {{r.get(), x}}));
-  if (step->op != Op::CONST) return std::nullopt;
-  return as_int64(step->const_value());
-}
-
-bool is_contiguous(const UOpPtr& index, const UOpPtr& r) { return index_stride(index, r) == 1; }
 
 }  // namespace kiln

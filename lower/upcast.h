@@ -15,15 +15,12 @@
 #pragma once
 #include <optional>
 
+#include "uop/symbolic.h"  // index_stride, is_contiguous
 #include "uop/uop.h"
 
 namespace kiln {
 
 UOpPtr upcast(const UOpPtr& sink, const UOpPtr& r, int64_t amount);
 UOpPtr upcast_vector(const UOpPtr& sink, const UOpPtr& r, int64_t lanes);
-
-// How much the integer expression `index` grows when the RANGE r grows by 1, when that is a constant.
-std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r);
-bool is_contiguous(const UOpPtr& index, const UOpPtr& r);  // index_stride(index, r) == 1
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "schedule/kernelize.h"
+#include "schedule/repack.h"
 
 namespace kiln {
 
@@ -222,6 +223,12 @@ class Scheduler {
       KernelBuilder kb(shapes_, [this, &root](const UOpPtr& u) { return u == root ? nullptr : stored_buffer(u); });
       item.ast = kb.build(root, out);
       item.bufs = kb.buffers();
+      // Operands a reduction would read strided get a transposed copy first (schedule/repack.h).
+      auto make_scratch = [this](const UOpPtr& beside, int64_t size, DType dtype) {
+        scratch_.push_back(make_buffer_(beside->src[0], size, dtype));
+        return scratch_.back();
+      };
+      for (ScheduleItem& pack : repack_operands(item, make_scratch)) s.items.push_back(std::move(pack));
     }
     buffers_[root.get()] = out;
     s.items.push_back(std::move(item));
@@ -241,6 +248,7 @@ class Scheduler {
       }
     std::unordered_set<const UOp*> created_here;
     for (const auto& [n, buf] : buffers_) created_here.insert(buf.get());
+    for (const UOpPtr& buf : scratch_) created_here.insert(buf.get());
     s.free_after.assign(s.items.size(), {});
     for (const auto& [b, i] : last_use)
       if (created_here.count(b) && !keep.count(b)) s.free_after[i].push_back(node[b]);
@@ -255,6 +263,7 @@ class Scheduler {
   std::unordered_set<const UOp*> stored_;
   std::vector<UOpPtr> roots_;
   std::unordered_map<const UOp*, UOpPtr> buffers_;
+  std::vector<UOpPtr> scratch_;  // buffers only the scheduler's own copies write (repack)
 };
 
 }  // namespace

@@ -325,6 +325,63 @@ TEST_CASE("size-0 and size-1 axes", "[ops]") {
   expect_close(to_tensor(one).expand({4, 3}) + 1.0, R::add(R::expand(one, {4, 3}), R::scalar(1)));
 }
 
+TEST_CASE("matmul in every layout, batched and broadcast", "[ops]") {
+  // Sizes where the scheduler repacks a transposed operand (schedule/repack.h) and where it does not.
+  for (auto [m, k, n] : {std::array<int64_t, 3>{24, 40, 32}, std::array<int64_t, 3>{5, 7, 3}, std::array<int64_t, 3>{64, 48, 16}}) {
+    INFO("m k n = " << m << " " << k << " " << n);
+    R::Array a = random({m, k}, dtypes::float32), at = random({k, m}, dtypes::float32);
+    R::Array b = random({k, n}, dtypes::float32), bt = random({n, k}, dtypes::float32);
+    R::Array a_t = R::permute(at, {1, 0}), b_t = R::permute(bt, {1, 0});
+    expect_close(to_tensor(a).matmul(to_tensor(b)), R::matmul(a, b), 1e-5, 1e-5);
+    expect_close(to_tensor(a).matmul(to_tensor(bt).transpose(0, 1)), R::matmul(a, b_t), 1e-5, 1e-5);
+    expect_close(to_tensor(at).transpose(0, 1).matmul(to_tensor(b)), R::matmul(a_t, b), 1e-5, 1e-5);
+    expect_close(to_tensor(at).transpose(0, 1).matmul(to_tensor(bt).transpose(0, 1)), R::matmul(a_t, b_t), 1e-5, 1e-5);
+    R::Array batch = random({3, m, k}, dtypes::float32), bbt = random({3, n, k}, dtypes::float32);
+    expect_close(to_tensor(batch).matmul(to_tensor(bbt).transpose(1, 2)), R::matmul(batch, R::permute(bbt, {0, 2, 1})), 1e-5, 1e-5);
+    expect_close(to_tensor(batch).matmul(to_tensor(bt).transpose(0, 1)), R::matmul(batch, b_t), 1e-5, 1e-5);
+    // An operand computed in the kernel (elementwise work fused into it) is copied with that work done.
+    R::Array fused = R::add(R::mul(bt, R::scalar(2)), R::scalar(1));
+    expect_close(to_tensor(a).matmul((to_tensor(bt) * 2.0 + 1.0).transpose(0, 1)), R::matmul(a, R::permute(fused, {1, 0})), 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("conv2d gradients of the input and the weights against direct loops", "[ops]") {
+  // loss = sum(conv2d(x, w) * g), so dL/dx and dL/dw are the adjoint sums, written out as loops here.
+  // Sizes where the weight gradient repacks the output gradient (schedule/repack.h) and where not.
+  struct Case {
+    int64_t n, c, h, o, k, stride, pad, dilation;
+  };
+  for (Case t : {Case{2, 16, 10, 32, 3, 1, 1, 1}, Case{2, 8, 9, 16, 3, 2, 1, 1}, Case{1, 8, 11, 16, 3, 1, 2, 2}, Case{2, 3, 7, 5, 2, 1, 0, 1}}) {
+    INFO("n c h o k stride pad dilation = " << t.n << " " << t.c << " " << t.h << " " << t.o << " " << t.k << " " << t.stride << " "
+                                           << t.pad << " " << t.dilation);
+    int64_t oh = (t.h + 2 * t.pad - t.dilation * (t.k - 1) - 1) / t.stride + 1;
+    R::Array x = random({t.n, t.c, t.h, t.h}, dtypes::float32), w = random({t.o, t.c, t.k, t.k}, dtypes::float32);
+    R::Array g = random({t.n, t.o, oh, oh}, dtypes::float32);
+    std::vector<double> dx(x.data.size()), dw(w.data.size());
+    for (int64_t b = 0; b < t.n; ++b)
+      for (int64_t o = 0; o < t.o; ++o)
+        for (int64_t y = 0; y < oh; ++y)
+          for (int64_t xo = 0; xo < oh; ++xo)
+            for (int64_t c = 0; c < t.c; ++c)
+              for (int64_t i = 0; i < t.k; ++i)
+                for (int64_t j = 0; j < t.k; ++j) {
+                  int64_t iy = y * t.stride - t.pad + i * t.dilation, ix = xo * t.stride - t.pad + j * t.dilation;
+                  if (iy < 0 || iy >= t.h || ix < 0 || ix >= t.h) continue;
+                  size_t xi = static_cast<size_t>(((b * t.c + c) * t.h + iy) * t.h + ix), wi = static_cast<size_t>(((o * t.c + c) * t.k + i) * t.k + j);
+                  double gv = g.data[static_cast<size_t>(((b * t.o + o) * oh + y) * oh + xo)];
+                  dx[xi] += gv * w.data[wi];
+                  dw[wi] += gv * x.data[xi];
+                }
+    Tensor tx = to_tensor(x).requires_grad_(), tw = to_tensor(w).requires_grad_();
+    (tx.conv2d(tw, std::nullopt, {t.stride, t.stride}, {t.pad, t.pad}, {t.dilation, t.dilation}) * to_tensor(g)).sum().backward();
+    R::Array want_dx = x, want_dw = w;
+    want_dx.data = dx;
+    want_dw.data = dw;
+    expect_close(*tx.grad(), want_dx, 1e-4, 1e-4);
+    expect_close(*tw.grad(), want_dw, 1e-4, 1e-4);
+  }
+}
+
 TEST_CASE("matmul, conv2d and pooling", "[ops]") {
   R::Array a = random({2, 3, 5}, dtypes::float32), b = random({5, 4}, dtypes::float32), v = random({5}, dtypes::float32);
   expect_close(to_tensor(a).matmul(to_tensor(b)), R::matmul(a, b), 1e-5, 1e-5);

@@ -52,6 +52,24 @@ TEST_CASE("matmul is one kernel", "[schedule]") {
   CHECK(kernels({a.matmul(b)}) == 1);
 }
 
+TEST_CASE("a matmul whose operands are contiguous only along the reduction copies one transposed first", "[schedule]") {
+  // x @ W.T, as nn::Linear computes it: no output axis walks W contiguously, so W is repacked
+  // (schedule/repack.h) and the matmul reads the copy; the result is unchanged.
+  Tensor x = rand_like_shape({32, 48}), w = rand_like_shape({64, 48});
+  Schedule s = Tensor::schedule({x.matmul(w.transpose(0, 1))});
+  REQUIRE(s.items.size() == 2);
+  CHECK(s.items[0].bufs.size() == 2);                   // the copy: W into its transposed layout
+  const std::vector<UOpPtr>& reads = s.items[1].bufs;  // the matmul reads it, not W
+  CHECK(std::count(reads.begin(), reads.end(), s.items[0].bufs[0]) == 1);
+  CHECK(std::count(reads.begin(), reads.end(), s.items[0].bufs[1]) == 0);
+  std::vector<float> got = x.matmul(w.transpose(0, 1)).to_vector<float>();
+  std::vector<float> want = x.matmul(w.transpose(0, 1).contiguous()).to_vector<float>();
+  CHECK(got == want);
+  // Already vectorizable layouts, and a matrix-vector product (each element of W used once), copy nothing.
+  CHECK(kernels({x.matmul(rand_like_shape({48, 64}))}) == 1);
+  CHECK(kernels({w.matmul(rand_like_shape({48}))}) == 1);
+}
+
 TEST_CASE("a reduce of a reduce stores the inner one", "[schedule]") {
   Tensor a = rand_like_shape({8, 32});
   CHECK(kernels({a.sum({1}).sum({0})}) == 2);

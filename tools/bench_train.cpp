@@ -31,10 +31,21 @@ struct StepResult {
   double flops;    // per step
 };
 
+enum class OptimKind { SGD, Adam, AdamW };
+
+std::unique_ptr<optim::Optimizer> make_optimizer(OptimKind kind, const std::vector<Tensor>& params) {
+  switch (kind) {
+    case OptimKind::SGD: return std::make_unique<optim::SGD>(params, 0.01);
+    case OptimKind::Adam: return std::make_unique<optim::Adam>(params, 1e-3);
+    case OptimKind::AdamW: return std::make_unique<optim::AdamW>(params, 1e-3);
+  }
+  throw Error("bench train: unknown optimizer");
+}
+
 // Times `steps` training steps after `warmup` ones (which compile every kernel).
-StepResult time_steps(const std::string& name, nn::Module& model, const Tensor& x, const Tensor& y, double flops_per_sample,
-                      int warmup, int steps) {
-  optim::AdamW opt(model.parameters(), 1e-3);
+StepResult time_steps(const std::string& name, nn::Module& model, OptimKind optim_kind, const Tensor& x, const Tensor& y,
+                      double flops_per_sample, int warmup, int steps) {
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(optim_kind, model.parameters());
   std::vector<double> times;
   for (int i = 0; i < warmup + steps; ++i) {
     auto start = Clock::now();
@@ -42,8 +53,8 @@ StepResult time_steps(const std::string& name, nn::Module& model, const Tensor& 
     loss.backward();
     std::vector<Tensor> extra = model.buffers();
     extra.push_back(loss);
-    opt.step(extra);
-    opt.zero_grad();
+    opt->step(extra);
+    opt->zero_grad();
     float value = loss.item<float>();
     if (!std::isfinite(value)) throw Error(cat("bench train: ", name, ": the loss became ", value));
     if (i >= warmup) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
@@ -52,6 +63,28 @@ StepResult time_steps(const std::string& name, nn::Module& model, const Tensor& 
   // forward + backward (twice the forward: gradients of inputs and of weights) = 3x the forward.
   return {name, batch, median(times), 3 * flops_per_sample * static_cast<double>(batch)};
 }
+
+// PyTorch's examples/mnist CNN: conv(1->32,3)-ReLU-conv(32->64,3)-ReLU-maxpool(2)-flatten-fc(9216->128)-ReLU-fc(128->10).
+std::shared_ptr<nn::Sequential> make_torch_example_cnn() {
+  using A = std::array<int64_t, 2>;
+  auto m = std::make_shared<nn::Sequential>();
+  m->add("conv1", std::make_shared<nn::Conv2d>(1, 32, A{3, 3})).add("relu1", std::make_shared<nn::ReLU>())
+      .add("conv2", std::make_shared<nn::Conv2d>(32, 64, A{3, 3})).add("relu2", std::make_shared<nn::ReLU>())
+      .add("pool", std::make_shared<nn::MaxPool2d>(A{2, 2})).add("flatten", std::make_shared<nn::Flatten>())
+      .add("fc1", std::make_shared<nn::Linear>(9216, 128)).add("relu3", std::make_shared<nn::ReLU>())
+      .add("fc2", std::make_shared<nn::Linear>(128, 10));
+  return m;
+}
+double torch_example_cnn_flops() { return 2.0 * (26.0 * 26 * 32 * 9 + 24.0 * 24 * 64 * 32 * 9 + 9216.0 * 128 + 128.0 * 10); }
+
+std::shared_ptr<nn::Sequential> make_mlp() {
+  auto m = std::make_shared<nn::Sequential>();
+  m->add("fc1", std::make_shared<nn::Linear>(784, 512)).add("relu1", std::make_shared<nn::ReLU>())
+      .add("fc2", std::make_shared<nn::Linear>(512, 512)).add("relu2", std::make_shared<nn::ReLU>())
+      .add("fc3", std::make_shared<nn::Linear>(512, 10));
+  return m;
+}
+double mlp_flops() { return 2.0 * (784 * 512 + 512 * 512 + 512 * 10); }
 
 double sgemm_gflops(const OpenBlas& blas, int runs) {
   const int n = 1024;
@@ -88,14 +121,14 @@ void run_bench_train(const BenchOptions& options) {
   };
   Tensor::manual_seed(0);
   std::vector<StepResult> results;
-  auto cnn = make_mnist_cnn();
-  results.push_back(time_steps("CNN of kiln train mnist", *cnn, random_tensor({128, 1, 28, 28}), labels(128), mnist_cnn_forward_flops(), warmup, steps));
-  nn::Sequential mlp;
-  mlp.add("fc1", std::make_shared<nn::Linear>(784, 512)).add("relu1", std::make_shared<nn::ReLU>())
-      .add("fc2", std::make_shared<nn::Linear>(512, 512)).add("relu2", std::make_shared<nn::ReLU>())
-      .add("fc3", std::make_shared<nn::Linear>(512, 10));
-  double mlp_flops = 2.0 * (784 * 512 + 512 * 512 + 512 * 10);
-  results.push_back(time_steps("MLP 784-512-512-10", mlp, random_tensor({256, 784}), labels(256), mlp_flops, warmup, steps));
+  auto demo = make_mnist_cnn();
+  results.push_back(time_steps("demo CNN (kiln train mnist), AdamW", *demo, OptimKind::AdamW, random_tensor({128, 1, 28, 28}), labels(128),
+                               mnist_cnn_forward_flops(), warmup, steps));
+  auto mlp = make_mlp();
+  results.push_back(time_steps("MLP 784-512-512-10, SGD", *mlp, OptimKind::SGD, random_tensor({256, 784}), labels(256), mlp_flops(), warmup, steps));
+  auto cnn = make_torch_example_cnn();
+  results.push_back(time_steps("CNN of PyTorch's mnist example, Adam", *cnn, OptimKind::Adam, random_tensor({128, 1, 28, 28}), labels(128),
+                               torch_example_cnn_flops(), warmup, steps));
   double sgemm = blas.sgemm ? sgemm_gflops(blas, options.quick ? 3 : 7) : 0;
 
   if (options.json) {

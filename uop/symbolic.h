@@ -15,11 +15,17 @@
 // Integer rules that need value ranges never fire for uint64 (see uop/range.h), and no rule changes a
 // float result: float expressions only get constant folding and exact identities (x*1, x/1).
 #pragma once
+#include <optional>
+
 #include "uop/pattern.h"
 
 namespace kiln {
 
 const PatternMatcher& pm_symbolic();
 UOpPtr simplify(const UOpPtr& x);
+
+// How much the integer expression `index` grows when the RANGE r grows by 1, when that is a constant.
+std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r);
+bool is_contiguous(const UOpPtr& index, const UOpPtr& r);  // index_stride(index, r) == 1
 
 }  // namespace kiln

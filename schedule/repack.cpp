@@ -1,0 +1,179 @@
+#include "schedule/repack.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <unordered_map>
+
+#include "uop/rewrite.h"
+#include "uop/symbolic.h"
+
+namespace kiln {
+
+namespace {
+
+struct LoadInfo {
+  UOpPtr load;
+  int64_t slot;
+};
+
+std::vector<LoadInfo> global_loads(const UOpPtr& ast) {
+  std::vector<LoadInfo> out;
+  for (const UOpPtr& u : toposort(ast))
+    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && u->src[0]->src[0]->op == Op::DEFINE_GLOBAL)
+      out.push_back({u, u->src[0]->src[0]->arg_as<int64_t>()});
+  return out;
+}
+
+bool depends_on(const UOpPtr& u, const UOpPtr& r) {
+  for (const UOpPtr& n : toposort(u))
+    if (n == r) return true;
+  return false;
+}
+
+// How a load walks along the loop r: 0 (stays put), 1 (contiguous under one gate), or -1 (anything
+// else: strided, unknown, or masked lane by lane).
+int walk(const LoadInfo& l, const UOpPtr& r) {
+  const UOpPtr& index = l.load->src[0];
+  std::optional<int64_t> stride = index_stride(index->src[1], r);
+  if (stride == 0 && (l.load->src.size() < 3 || !depends_on(l.load->src[2], r))) return 0;
+  if (stride == 1 && index->src.size() == 2 && (l.load->src.size() < 3 || !depends_on(l.load->src[2], r))) return 1;
+  return -1;
+}
+
+// The loops a load depends on, in the kernel's order with `last` moved innermost; empty when it also
+// depends on something other than loops and constants (a variable), which a copy cannot capture.
+std::vector<UOpPtr> packed_order(const UOpPtr& load, const UOpPtr& last) {
+  std::vector<UOpPtr> loops;
+  for (const UOpPtr& u : toposort(load)) {
+    if (u->op == Op::DEFINE_VAR) return {};
+    if (u->op == Op::RANGE && u != last) loops.push_back(u);
+  }
+  std::sort(loops.begin(), loops.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
+  loops.push_back(last);
+  return loops;
+}
+
+int64_t elements(const std::vector<UOpPtr>& loops) {
+  int64_t n = 1;
+  for (const UOpPtr& r : loops) n *= r->end()->vmax();
+  return n;
+}
+
+UOpPtr contiguous_index(const std::vector<UOpPtr>& loops) {
+  UOpPtr out = const_int(0, loops[0]->dtype);
+  int64_t stride = 1;
+  for (size_t i = loops.size(); i-- > 0;) {
+    out = out + loops[i] * stride;
+    stride *= loops[i]->end()->vmax();
+  }
+  return simplify(out);
+}
+
+UOpPtr global(DType element, int64_t slot) { return UOp::make(Op::DEFINE_GLOBAL, element.ptr(), {}, slot); }
+
+// Renumbers the DEFINE_GLOBAL slots the AST uses as 0..n-1 (in slot order) and drops unused buffers.
+// In two steps, through numbers no slot has: substitute() would also rename a node it just made.
+void compact_slots(ScheduleItem& item) {
+  std::map<int64_t, UOpPtr> used;
+  for (const UOpPtr& u : toposort(item.ast))
+    if (u->op == Op::DEFINE_GLOBAL) used[u->arg_as<int64_t>()] = u;
+  const int64_t apart = static_cast<int64_t>(item.bufs.size());
+  std::unordered_map<const UOp*, UOpPtr> away, back;
+  std::vector<UOpPtr> bufs, pinned;
+  for (const auto& [slot, node] : used) {
+    int64_t now = static_cast<int64_t>(bufs.size());
+    bufs.push_back(item.bufs[static_cast<size_t>(slot)]);
+    pinned.push_back(UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, apart + now));
+    away[node.get()] = pinned.back();
+    back[pinned.back().get()] = UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, now);
+  }
+  item.ast = substitute(substitute(item.ast, away), back);
+  item.bufs = std::move(bufs);
+}
+
+}  // namespace
+
+std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker& make_scratch) {
+  const UOpPtr& ast = item.ast;
+  if (item.kind != ScheduleItem::Kind::Kernel || ast->src.size() != 1 || ast->src[0]->op != Op::STORE) return {};
+  std::vector<UOpPtr> outputs, all, reduces;
+  for (const UOpPtr& u : toposort(ast)) {
+    if (u->op == Op::REDUCE) reduces.push_back(u);
+    if (u->op == Op::RANGE) all.push_back(u);
+  }
+  // One reduction of a product: its two factors are the operands (a matmul's, a conv's).
+  if (reduces.size() != 1 || reduces[0]->src[0]->op != Op::MUL) return {};
+  std::array<UOpPtr, 2> operands{reduces[0]->src[0]->src[0], reduces[0]->src[0]->src[1]};
+  for (const UOpPtr& u : toposort(ast->src[0]->src[0]))
+    if (u->op == Op::RANGE) outputs.push_back(u);
+  std::sort(outputs.begin(), outputs.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
+  std::vector<LoadInfo> loads = global_loads(ast);
+  // An output axis the loads already walk well, long enough for vectors: the heuristics' tile needs no copy.
+  auto fills_vectors = [](const UOpPtr& r) { return r->end()->vmax() % 8 == 0; };
+  auto walks_well = [](const std::vector<LoadInfo>& ls, const UOpPtr& r) {
+    for (const LoadInfo& l : ls)
+      if (walk(l, r) == -1) return false;
+    return true;
+  };
+  for (const UOpPtr& r : outputs) {
+    if (!fills_vectors(r) || !walks_well(loads, r)) continue;
+    for (const LoadInfo& l : loads)
+      if (walk(l, r) == 1) return {};
+  }
+  double multiply_adds = 1;
+  for (const UOpPtr& r : all) multiply_adds *= static_cast<double>(r->end()->vmax());
+  for (size_t k = outputs.size(); k-- > 0;) {
+    const UOpPtr& v = outputs[k];
+    if (!fills_vectors(v)) continue;
+    std::vector<std::pair<UOpPtr, std::vector<UOpPtr>>> packs;  // operand, its loops in the packed order
+    double copied = 0;
+    bool ok = true;
+    for (const UOpPtr& x : operands) {
+      std::vector<LoadInfo> own = global_loads(x);
+      if (!depends_on(x, v) || walks_well(own, v)) continue;
+      std::vector<UOpPtr> order = packed_order(x, v);
+      int64_t largest = 0;  // the operand's biggest input: a copy may not hold more
+      for (const LoadInfo& l : own) largest = std::max(largest, item.bufs[static_cast<size_t>(l.slot)]->arg_as<BufferArg>().size);
+      if (order.empty() || own.empty() || elements(order) > largest) {
+        ok = false;
+        break;
+      }
+      copied += static_cast<double>(elements(order));
+      packs.push_back({x, std::move(order)});
+    }
+    if (!ok || packs.empty() || copied * kRepackMinReuse > multiply_adds) continue;
+    std::vector<ScheduleItem> out;
+    std::unordered_map<const UOp*, UOpPtr> replace;
+    for (const auto& [x, order] : packs) {
+      // The copy: its own loops 0..n-1 in the packed order and its own buffer slots (0: the copy).
+      std::unordered_map<const UOp*, UOpPtr> own;
+      std::vector<UOpPtr> bufs{nullptr};
+      for (const LoadInfo& l : global_loads(x)) {
+        const UOpPtr& g = l.load->src[0]->src[0];
+        if (own.count(g.get())) continue;
+        own[g.get()] = UOp::make(Op::DEFINE_GLOBAL, g->dtype, {}, static_cast<int64_t>(bufs.size()));
+        bufs.push_back(item.bufs[static_cast<size_t>(l.slot)]);
+      }
+      std::vector<UOpPtr> loops;
+      for (size_t i = 0; i < order.size(); ++i) {
+        loops.push_back(range(static_cast<int64_t>(i), order[i]->end()));
+        own[order[i].get()] = loops.back();
+      }
+      bufs[0] = make_scratch(bufs[1], elements(order), x->dtype);
+      UOpPtr value = substitute(x, own), target = global(x->dtype, 0);
+      UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, target->dtype, {target, contiguous_index(loops)}), value});
+      out.push_back({ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {store}), bufs});
+      // The reduction reads the copy, contiguous along v.
+      UOpPtr ptr = global(x->dtype, static_cast<int64_t>(item.bufs.size()));
+      item.bufs.push_back(bufs[0]);
+      replace[x.get()] = UOp::make(Op::LOAD, x->dtype, {UOp::make(Op::INDEX, ptr->dtype, {ptr, contiguous_index(order)})});
+    }
+    item.ast = substitute(ast, replace);
+    compact_slots(item);
+    return out;
+  }
+  return {};
+}
+
+}  // namespace kiln

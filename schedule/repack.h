@@ -1,0 +1,36 @@
+// Repacking: a transposed copy of an operand that a reduction would otherwise read strided.
+//
+//   std::vector<ScheduleItem> packs = repack_operands(item, make_buffer);   // run before item
+//   // item.ast now reads each packed operand from its copy (item.bufs names the copies)
+//
+// A reduction kernel gets a vector register tile (lower/opts.cpp) along an output axis that its loads
+// walk contiguously (or not at all). When no output axis is like that, as in x @ W.T (both operands
+// contiguous along the reduced axis) or a conv's weight gradient (the output gradient contiguous along
+// the image, not the channels), the kernel runs scalar, 10-20x below the tile. Then the operands that
+// move along an output axis v with a stride other than 1 are copied first, by a small kernel, into a
+// layout where v is innermost (each operand's other axes keep the kernel's order), and the reduction
+// reads the copies. An operand is a factor of the product the kernel sums, with whatever elementwise
+// work fused into it (a ReLU's gradient mask, a cast), which the copy computes once. The cost function:
+//  - the copies together hold no more than kRepackMinReuse-th of the reduction's multiply-adds (each
+//    copied element is reused that often, so the copy is cheap beside the kernel);
+//  - each copy holds no more elements than the operand's largest input buffer (never a blow-up like
+//    im2col's);
+//  - v is the innermost output axis, of a size that fills vectors (a multiple of 8), where that works.
+// A copy reads exactly what the load read (its padding gate included), so results are unchanged.
+#pragma once
+#include <vector>
+
+#include "schedule/schedule.h"
+
+namespace kiln {
+
+inline constexpr int64_t kRepackMinReuse = 16;
+
+// Makes a BUFFER on the device of the BUFFER `beside`, of `size` elements of `dtype`.
+using ScratchMaker = std::function<UOpPtr(const UOpPtr& beside, int64_t size, DType dtype)>;
+
+// The copy kernels `item` needs (to run before it, in order); rewrites item to read their outputs.
+// None when item is not a reduction or already has an output axis to vectorize.
+std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker& make_scratch);
+
+}  // namespace kiln
