@@ -160,9 +160,33 @@ const PatternMatcher& pm_gradient() {
   return pm;
 }
 
+// The custom gradients (detail::set_custom_gradient), by node. An entry whose node died is dropped
+// when found (its address may be reused by another node) and when the table grows.
+struct CustomGradient {
+  std::weak_ptr<const UOp> node;
+  std::vector<std::weak_ptr<const UOp>> inputs;
+  std::vector<Shape> shapes;
+  detail::CustomVjp vjp;
+};
+std::mutex g_custom_mu;
+std::unordered_map<const UOp*, CustomGradient> g_custom;
+size_t g_custom_purge_at = 64;
+
+std::optional<CustomGradient> custom_gradient_of(const UOp* u) {
+  std::lock_guard<std::mutex> lock(g_custom_mu);
+  auto it = g_custom.find(u);
+  if (it == g_custom.end()) return std::nullopt;
+  if (it->second.node.lock().get() != u) {
+    g_custom.erase(it);
+    return std::nullopt;
+  }
+  return it->second;
+}
+
 // The gradient of `root` (seeded with root_grad) with respect to each node in `targets` it reaches.
+// `plain`: a node whose custom gradient is ignored (the one a custom gradient differentiates itself).
 std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr& root_grad,
-                                                const std::unordered_set<const UOp*>& targets) {
+                                                const std::unordered_set<const UOp*>& targets, const UOp* plain = nullptr) {
   std::vector<UOpPtr> order = toposort(root);  // sources before their users
   // The nodes on a path to a target. Only floating-point values carry gradients; DETACH stops them.
   std::unordered_set<const UOp*> on_path;
@@ -185,6 +209,27 @@ std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr
     for (const UOpPtr& s : u->src) inner = inner || on_path.count(s.get()) > 0;
     if (!inner) continue;  // a target with nothing to differentiate below it
     ctx.grad = g->second;
+    auto add_gradient = [&](const UOp* s, const UOpPtr& part) {
+      auto [slot, fresh] = grad.try_emplace(s, part);
+      if (!fresh) slot->second = (ctx.t(slot->second) + ctx.t(part)).uop();
+    };
+    if (std::optional<CustomGradient> custom = u.get() == plain ? std::nullopt : custom_gradient_of(u.get())) {
+      std::vector<UOpPtr> inputs;
+      std::vector<bool> wanted;
+      for (const auto& w : custom->inputs) {
+        inputs.push_back(w.lock());
+        wanted.push_back(inputs.back() && on_path.count(inputs.back().get()) > 0);
+      }
+      std::vector<std::optional<Tensor>> parts = custom->vjp(ctx.t(g->second), wanted);
+      for (size_t i = 0; i < inputs.size(); ++i)
+        if (wanted[i] && i < parts.size() && parts[i]) {
+          if (parts[i]->shape() != custom->shapes[i])
+            throw InternalError(kiln::cat("a custom gradient has shape ", shape_str(parts[i]->shape()), " for an input of shape ",
+                                          shape_str(custom->shapes[i])));
+          add_gradient(inputs[i].get(), parts[i]->uop());
+        }
+      continue;
+    }
     auto fired = pm_gradient().rewrite(u, &ctx);
     if (!fired)
       throw Error(kiln::cat("backward: no gradient rule for op ", u->op, " (", u->dtype.name(), "); it is not differentiable in kiln yet"));
@@ -192,8 +237,7 @@ std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr
     for (size_t i = 0; i < u->src.size(); ++i) {
       const UOpPtr& s = u->src[i];
       if (!on_path.count(s.get()) || sink->src[i]->op == Op::NOOP) continue;
-      auto [slot, fresh] = grad.try_emplace(s.get(), sink->src[i]);
-      if (!fresh) slot->second = (ctx.t(slot->second) + ctx.t(sink->src[i])).uop();
+      add_gradient(s.get(), sink->src[i]);
     }
   }
   return grad;
@@ -267,6 +311,26 @@ struct Autograd {
 };
 
 void detail::after_realize(Tensor& t, const UOpPtr& before) { Autograd::realized(t, before); }
+
+void detail::set_custom_gradient(const Tensor& out, const std::vector<Tensor>& inputs, CustomVjp vjp) {
+  CustomGradient c{out.uop(), {}, {}, std::move(vjp)};
+  for (const Tensor& x : inputs) {
+    c.inputs.push_back(x.uop());
+    c.shapes.push_back(x.shape());
+  }
+  std::lock_guard<std::mutex> lock(g_custom_mu);
+  if (g_custom.size() >= g_custom_purge_at) {
+    std::erase_if(g_custom, [](const auto& entry) { return entry.second.node.expired(); });
+    g_custom_purge_at = std::max<size_t>(64, 2 * g_custom.size());
+  }
+  g_custom[out.uop().get()] = std::move(c);
+}
+
+Tensor detail::plain_gradient(const UOpPtr& out, const Tensor& input, const Tensor& grad) {
+  auto grads = backprop(out, grad.uop(), {input.uop().get()}, out.get());
+  auto it = grads.find(input.uop().get());
+  return it == grads.end() ? input.zeros_like() : Tensor(it->second, input.shape());
+}
 
 bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }

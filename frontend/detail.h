@@ -1,5 +1,8 @@
 // Helpers shared by the files that implement Tensor (not part of the public API).
 #pragma once
+#include <functional>
+#include <optional>
+
 #include "frontend/realize.h"
 #include "frontend/tensor.h"
 
@@ -25,5 +28,15 @@ DType result_type(const Tensor& a, const Tensor& b);  // torch.result_type (0-d 
 // realize, a tensor computed from leaves keeps its graph for backward().
 UOpPtr no_grad_wrap(UOpPtr u);
 void after_realize(Tensor& t, const UOpPtr& before);
+
+// Custom gradients for composite ops whose gradient, derived op by op, would be costly (conv2d's input
+// gradient through the window view is a scatter; as a convolution of the output gradient it is a
+// gather). backward() reaching `out` calls vjp(gradient of out, which inputs need one) for the
+// gradients of `inputs` instead of differentiating out's own graph. An entry lives as long as out's
+// node; vjp must not hold out or the inputs (capture weak references).
+using CustomVjp = std::function<std::vector<std::optional<Tensor>>(const Tensor& grad, const std::vector<bool>& wanted)>;
+void set_custom_gradient(const Tensor& out, const std::vector<Tensor>& inputs, CustomVjp vjp);
+// Inside a vjp: the gradient of out's own graph with respect to input (out's custom gradient ignored).
+Tensor plain_gradient(const UOpPtr& out, const Tensor& input, const Tensor& grad);
 
 }  // namespace kiln::detail

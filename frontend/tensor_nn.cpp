@@ -87,6 +87,51 @@ Tensor Tensor::windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> str
   return window_axis(t, ndim() - 1, kernel[1], stride[1], dilation[1]);          // (..., OH, OW, KH, KW)
 }
 
+namespace {
+
+// Pads (amount > 0) or crops (amount < 0) each end of each axis.
+Tensor pad_or_crop(const Tensor& x, const Pairs& amounts) {
+  Pairs pad, crop;
+  for (size_t i = 0; i < amounts.size(); ++i) {
+    auto [lo, hi] = amounts[i];
+    pad.push_back({std::max<int64_t>(lo, 0), std::max<int64_t>(hi, 0)});
+  }
+  Tensor padded = x.pad(pad);
+  for (size_t i = 0; i < amounts.size(); ++i) {
+    auto [lo, hi] = amounts[i];
+    int64_t size = padded.shape()[i];
+    crop.push_back({std::max<int64_t>(-lo, 0), size - std::max<int64_t>(-hi, 0)});
+  }
+  return padded.shrink(crop);
+}
+
+// The gradient of conv2d with respect to its (N, C, H, W) input: the output gradient, dilated by the
+// stride and padded so that every input position sees the outputs its taps fed, convolved with the
+// weights flipped and their channel axes swapped within each group. A gather, like the forward
+// convolution, instead of the scatter that differentiating the window view gives.
+Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, const Shape& input, std::array<int64_t, 2> stride,
+                         std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+  int64_t n = g.shape()[0], k = g.shape()[1], oh = g.shape()[2], ow = g.shape()[3];
+  int64_t cg = weight.shape()[1], kg = k / groups;
+  std::array<int64_t, 2> taps{weight.shape()[2], weight.shape()[3]}, size{input[2], input[3]};
+  Tensor d = g;
+  if (stride[0] > 1 || stride[1] > 1)  // zeros between the outputs: (OH-1)*stride+1 positions
+    d = g.reshape({n, k, oh, 1, ow, 1})
+            .pad({{0, 0}, {0, 0}, {0, 0}, {0, stride[0] - 1}, {0, 0}, {0, stride[1] - 1}})
+            .reshape({n, k, oh * stride[0], ow * stride[1]})
+            .shrink({{0, n}, {0, k}, {0, (oh - 1) * stride[0] + 1}, {0, (ow - 1) * stride[1] + 1}});
+  Pairs amounts{{0, 0}, {0, 0}};
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = dilation[i] * (taps[i] - 1);
+    int64_t covered = (i == 0 ? oh - 1 : ow - 1) * stride[i] + span + 1;  // padded input positions the windows reach
+    amounts.push_back({span - padding[i], span - padding[i] + size[i] + 2 * padding[i] - covered});
+  }
+  Tensor flipped = weight.reshape({groups, kg, cg, taps[0], taps[1]}).permute({0, 2, 1, 3, 4}).reshape({groups * cg, kg, taps[0], taps[1]}).flip({2, 3});
+  return pad_or_crop(d, amounts).conv2d(flipped, std::nullopt, {1, 1}, {0, 0}, dilation, groups);
+}
+
+}  // namespace
+
 Tensor Tensor::conv2d(const Tensor& weight, std::optional<Tensor> bias, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
                       std::array<int64_t, 2> dilation, int64_t groups) const {
   if (ndim() != 4 || weight.ndim() != 4)
@@ -111,6 +156,21 @@ Tensor Tensor::conv2d(const Tensor& weight, std::optional<Tensor> bias, std::arr
   Tensor wt = weight.cast(d).reshape({groups, kg, cg, r, s}).permute({0, 2, 3, 4, 1}).contiguous();  // (G, Cg, R, S, K/G)
   Tensor wv = wt.reshape({1, 1, 1, groups, cg, r, s, kg}).expand(full);
   Tensor out = (xv.cast(d) * wv).sum({4, 5, 6}).reshape({n, oh, ow, k}).permute({0, 3, 1, 2});
+  if (grad_enabled() && is_float(d)) {
+    // The input's gradient as a convolution (conv2d_input_grad); the weights' from out's own graph.
+    std::weak_ptr<const UOp> node = out.uop(), w_node = weight.uop();
+    Shape in_shape = shape(), w_shape = weight.shape();
+    DType in_dtype = dtype();
+    detail::set_custom_gradient(out, {*this, weight}, [=](const Tensor& g, const std::vector<bool>& wanted) {
+      std::vector<std::optional<Tensor>> parts(2);
+      UOpPtr w = w_node.lock(), o = node.lock();
+      if (!w || !o) throw InternalError("conv2d's gradient outlived its graph");
+      Tensor wt(w, w_shape);
+      if (wanted[0]) parts[0] = conv2d_input_grad(g, wt.cast(g.dtype()), in_shape, stride, padding, dilation, groups).cast(in_dtype);
+      if (wanted[1]) parts[1] = detail::plain_gradient(o, wt, g);
+      return parts;
+    });
+  }
   if (bias) {
     if (bias->shape() != Shape{k}) throw Error(kiln::cat("conv2d: bias must have shape (", k, ",), got ", shape_str(bias->shape())));
     out = out + bias->reshape({1, k, 1, 1});

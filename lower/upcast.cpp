@@ -16,19 +16,30 @@ UOpPtr lane_of(const UOpPtr& root, const UOpPtr& r, const UOpPtr& outer, int64_t
   return graph_rewrite(substitute(root, {{r.get(), at}}), pm_symbolic());
 }
 
-// Ops whose C spelling works on clang/gcc vector types lane by lane (the renderer's MAX/MIN select
-// with a mask). Comparisons, WHERE, casts and math calls stay per lane.
+// Ops whose C spelling works on clang/gcc vector types lane by lane (the renderer's MAX/MIN and WHERE
+// select with a mask). A bool vector is a mask of 32-bit lanes (what comparing two vectors of 32-bit
+// values gives in C), so comparisons of 32-bit values, AND/OR of their results and WHERE between
+// 32-bit values are vector ops too (a ReLU and its gradient inside a matmul's or a conv's tile).
+// Casts, math calls and everything on other widths stay per lane.
 bool vectorizable(const UOp& u) {
   DType t = u.dtype;
-  if (t.is_ptr || t.count != 1 || is_bool(t) || t.scalar == ScalarType::Void || t.scalar == ScalarType::Float16 ||
-      t.scalar == ScalarType::BFloat16)
+  if (t.is_ptr || t.count != 1 || t.scalar == ScalarType::Void || t.scalar == ScalarType::Float16 || t.scalar == ScalarType::BFloat16)
     return false;
+  if (is_bool(t)) {
+    switch (u.op) {
+      case Op::CMPLT: case Op::CMPNE: case Op::CMPEQ:
+        return !is_bool(u.src[0]->dtype) && u.src[0]->dtype.itemsize() == 4;
+      case Op::AND: case Op::OR: return true;
+      default: return false;
+    }
+  }
   switch (u.op) {
     case Op::ADD: case Op::SUB: case Op::MUL: case Op::NEG: case Op::MULACC: case Op::MAX: case Op::MIN:
     case Op::REDUCE:
       return true;
     case Op::FDIV: return is_float(t);
     case Op::AND: case Op::OR: case Op::XOR: return is_int(t);
+    case Op::WHERE: return t.itemsize() == 4;
     default: return false;
   }
 }

@@ -72,6 +72,8 @@ UOpPtr contiguous_index(const std::vector<UOpPtr>& loops) {
 
 UOpPtr global(DType element, int64_t slot) { return UOp::make(Op::DEFINE_GLOBAL, element.ptr(), {}, slot); }
 
+}  // namespace
+
 // Renumbers the DEFINE_GLOBAL slots the AST uses as 0..n-1 (in slot order) and drops unused buffers.
 // In two steps, through numbers no slot has: substitute() would also rename a node it just made.
 void compact_slots(ScheduleItem& item) {
@@ -91,8 +93,6 @@ void compact_slots(ScheduleItem& item) {
   item.ast = substitute(substitute(item.ast, away), back);
   item.bufs = std::move(bufs);
 }
-
-}  // namespace
 
 std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker& make_scratch) {
   const UOpPtr& ast = item.ast;

@@ -33,4 +33,8 @@ using ScratchMaker = std::function<UOpPtr(const UOpPtr& beside, int64_t size, DT
 // None when item is not a reduction or already has an output axis to vectorize.
 std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker& make_scratch);
 
+// Renumbers the DEFINE_GLOBAL slots item.ast uses as 0..n-1, in order, and drops the buffers of the
+// others (after a rewrite stopped reading them).
+void compact_slots(ScheduleItem& item);
+
 }  // namespace kiln

@@ -9,6 +9,7 @@
 
 #include "schedule/kernelize.h"
 #include "schedule/repack.h"
+#include "schedule/split_reduce.h"
 
 namespace kiln {
 
@@ -229,6 +230,8 @@ class Scheduler {
         return scratch_.back();
       };
       for (ScheduleItem& pack : repack_operands(item, make_scratch)) s.items.push_back(std::move(pack));
+      // A long reduction over inputs larger than a cache sums chunks first (schedule/split_reduce.h).
+      for (ScheduleItem& partial : split_reduce(item, make_scratch)) s.items.push_back(std::move(partial));
     }
     buffers_[root.get()] = out;
     s.items.push_back(std::move(item));

@@ -1,5 +1,6 @@
 // Lowering: vector upcasts (lower/upcast.h) in the generated source, and their results on CPU and REF
 // against plain host loops, on shapes where the lanes line up and where they do not.
+#include <limits>
 #include <cmath>
 #include <numeric>
 
@@ -126,6 +127,36 @@ TEST_CASE("matmul and column sums accumulate in vectors", "[lower]") {
     for (size_t k = 0; k < 20; ++k)
       for (size_t j = 0; j < 32; ++j) cols[j] = std::max(k == 0 ? b[j] : cols[j], b[k * 32 + j]);
     expect_near(tb.max({0}).to_vector<float>(), cols, 0);
+  }
+}
+
+TEST_CASE("a ReLU and its gradient mask inside a matmul's tile stay vectors", "[lower]") {
+  // relu(b) as the right operand, and where(a > 0, ...) as the left one: the comparisons and selects
+  // become mask vectors (no lane taken apart), and the values match direct loops, NaN and -0 included.
+  for (const char* device : kDevices) {
+    INFO(device);
+    std::vector<float> a = iota_floats(24 * 20), b = iota_floats(20 * 32, 0.125f);
+    for (size_t k = 0; k < b.size(); ++k) b[k] = (k % 3 == 0 ? -1.0f : 1.0f) * b[k];
+    b[5] = std::numeric_limits<float>::quiet_NaN();
+    b[7] = -0.0f;
+    Tensor ta = Tensor::from_vector(a, {24, 20}, device), tb = Tensor::from_vector(b, {20, 32}, device);
+    Tensor mm = ta.matmul(tb.relu());
+    if (std::string(device) == "CPU") {
+      std::string src = kernel_source(mm, device);
+      CHECK(src.find("float32x16 acc") != std::string::npos);
+      CHECK(src.find("[0]<") == std::string::npos);  // no comparison of a single lane
+    }
+    std::vector<float> want(24 * 32, 0.0f);
+    for (size_t i = 0; i < 24; ++i)
+      for (size_t j = 0; j < 32; ++j)
+        for (size_t k = 0; k < 20; ++k) {
+          float r = b[k * 32 + j];
+          want[i * 32 + j] += a[i * 20 + k] * (r <= 0.0f ? 0.0f : r);
+        }
+    std::vector<float> got = mm.to_vector<float>();
+    for (size_t j = 0; j < 32; ++j) CHECK(std::isnan(got[j]) == (j == 5));  // the NaN's column
+    for (size_t k = 0; k < got.size(); ++k)
+      if (k % 32 != 5) CHECK(got[k] == Approx(want[k]).epsilon(1e-5));
   }
 }
 

@@ -255,9 +255,12 @@ class Renderer {
     }
     std::ostringstream out;
     out << lang_.preamble;
-    for (const auto& [vname, t] : vector_types_)
-      out << fill(lang_.vector_typedef, {{"{scalar}", c_type(t.scalar_of())}, {"{name}", vname},
-                                         {"{bytes}", std::to_string(t.itemsize())}});
+    for (const auto& [vname, t] : vector_types_) {
+      // A bool vector is a mask of 32-bit lanes (-1 or 0; nonzero is true), as vector comparisons give.
+      DType lane = is_bool(t) ? DType{ScalarType::Int32, 1} : t.scalar_of();
+      out << fill(lang_.vector_typedef, {{"{scalar}", c_type(lane)}, {"{name}", vname},
+                                         {"{bytes}", std::to_string(lane.itemsize() * t.count)}});
+    }
     std::string params;
     auto param = [&](const std::string& text) { params += (params.empty() || text.empty() ? "" : ", ") + text; };
     for (size_t i = 0; i < num_buffers; ++i)
@@ -319,6 +322,14 @@ class Renderer {
     return "((" + type(u->dtype) + ")((" + first + "&(" + m + ")" + a + ")|(~" + first + "&(" + m + ")" + b + ")))";
   }
 
+  // Vector WHERE: no ?: on vectors in C; the condition (a mask, or lanes of 0 and 1 put together from
+  // scalars) is made a mask of -1 and 0 with != 0, and the values are selected bitwise.
+  std::string vector_select(const UOpPtr& u) {
+    DType mask{ScalarType::Int32, u->dtype.count};
+    std::string m = type(mask), c = "((" + m + ")(" + name(u->src[0]) + "!=0))";
+    return "((" + type(u->dtype) + ")((" + c + "&(" + m + ")" + name(u->src[1]) + ")|(~" + c + "&(" + m + ")" + name(u->src[2]) + ")))";
+  }
+
   // A launch index: the CPU's launch loop variable, or a GPU's workgroup or work-item id.
   std::string special(const UOpPtr& u) {
     const std::string& label = u->arg_as<std::string>();
@@ -339,6 +350,7 @@ class Renderer {
     auto a = [&](size_t i) -> const std::string& { return name(u->src[i]); };
     bool fp = is_float(u->src.empty() ? u->dtype : u->src.back()->dtype);
     if (u->dtype.count > 1 && (u->op == Op::MAX || u->op == Op::MIN)) return vector_select_max_min(u);
+    if (u->dtype.count > 1 && u->op == Op::WHERE) return vector_select(u);
     switch (u->op) {
       case Op::NEG: return "(-" + a(0) + ")";
       case Op::RECIP: return "(" + std::string(u->dtype.scalar == ScalarType::Float32 ? "1.0f" : "1.0") + "/" + a(0) + ")";
@@ -450,7 +462,11 @@ class Renderer {
         for (size_t i = 0; i < u->src.size(); ++i) lanes += (i ? "," : "") + name(u->src[i]);
         return type(u->dtype) + " " + v + " = (" + type(u->dtype) + "){" + lanes + "};";
       }
-      case Op::GEP: names_[u.get()] = name(u->src[0]) + "[" + std::to_string(u->arg_as<int64_t>()) + "]"; return "";
+      case Op::GEP: {  // a lane of a bool vector (a mask) is made 0 or 1
+        std::string lane = name(u->src[0]) + "[" + std::to_string(u->arg_as<int64_t>()) + "]";
+        names_[u.get()] = is_bool(u->dtype) ? "(" + lane + "!=0)" : lane;
+        return "";
+      }
       case Op::ASSIGN: {
         const UOpPtr& update = u->src[1];
         bool reassociate = single_accumulator_ && !lang_.reassociate.empty() && is_float(u->dtype) &&

@@ -1,0 +1,110 @@
+#include "schedule/split_reduce.h"
+
+#include <set>
+#include <unordered_map>
+
+#include "uop/rewrite.h"
+
+namespace kiln {
+
+namespace {
+
+// Every RANGE's axis id moved up by one (room for a new outermost loop). In two steps, through ids no
+// loop has, since substitute() would also rename a loop it just made.
+UOpPtr shift_ranges(const UOpPtr& ast) {
+  std::vector<UOpPtr> ranges;
+  int64_t top = 0;
+  for (const UOpPtr& u : toposort(ast))
+    if (u->op == Op::RANGE) {
+      ranges.push_back(u);
+      top = std::max(top, u->axis_id());
+    }
+  std::unordered_map<const UOp*, UOpPtr> away, back;
+  std::vector<UOpPtr> pinned;
+  for (const UOpPtr& r : ranges) {
+    pinned.push_back(range(r->axis_id() + top + 2, r->end()));
+    away[r.get()] = pinned.back();
+    back[pinned.back().get()] = range(r->axis_id() + 1, r->end());
+  }
+  return substitute(substitute(ast, away), back);
+}
+
+std::vector<UOpPtr> ranges_in(const UOpPtr& u) {
+  std::vector<UOpPtr> out;
+  for (const UOpPtr& n : toposort(u))
+    if (n->op == Op::RANGE) out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& make_scratch) {
+  if (item.kind != ScheduleItem::Kind::Kernel || item.ast->src.size() != 1) return {};
+  const UOpPtr ast = item.ast;
+  const UOpPtr& store = ast->src[0];
+  if (store->op != Op::STORE || store->src.size() != 2) return {};
+  // One reduction, with elementwise work after it (a scale, a cast) that the total then does.
+  std::vector<UOpPtr> reduces;
+  for (const UOpPtr& u : toposort(store->src[1]))
+    if (u->op == Op::REDUCE) reduces.push_back(u);
+  if (reduces.size() != 1) return {};
+  const UOpPtr reduce = reduces[0];
+  Op op = reduce->arg_as<Op>();
+  if (op != Op::ADD && op != Op::MAX && op != Op::MIN) return {};
+  std::set<int64_t> slots;
+  for (const UOpPtr& u : toposort(reduce))
+    if (u->op == Op::DEFINE_GLOBAL) slots.insert(u->arg_as<int64_t>());
+  double bytes = 0, elements = 0;
+  for (int64_t slot : slots) {
+    const UOpPtr& b = item.bufs[static_cast<size_t>(slot)];
+    elements += static_cast<double>(b->arg_as<BufferArg>().size);
+    bytes += static_cast<double>(b->arg_as<BufferArg>().size) * static_cast<double>(b->dtype.itemsize());
+  }
+  if (bytes <= kSplitMinBytes) return {};
+  double multiply_adds = 1;
+  for (const UOpPtr& r : ranges_in(ast)) multiply_adds *= static_cast<double>(r->end()->vmax());
+  if (multiply_adds < kSplitMinReuse * elements) return {};
+  UOpPtr outer;
+  for (size_t i = 1; i < reduce->src.size(); ++i)
+    if (!outer || reduce->src[i]->axis_id() < outer->axis_id()) outer = reduce->src[i];
+  int64_t size = outer->end()->vmax(), chunks = 0;
+  for (int64_t c = 2; c <= size && chunks == 0; ++c)
+    if (size % c == 0 && (bytes / static_cast<double>(c) <= kSplitChunkBytes || c == size)) chunks = c;
+  int64_t outputs = item.bufs[0]->arg_as<BufferArg>().size;
+  if (chunks == 0 || static_cast<double>(chunks * outputs) * 4 > elements) return {};
+
+  // The partial sums: the chunk is the new outermost loop (axis 0) and an output; the reduction runs
+  // over its part of the outer loop.
+  UOpPtr shifted = shift_ranges(ast);
+  const UOpPtr& s_store = shifted->src[0];
+  UOpPtr s_reduce;
+  for (const UOpPtr& u : toposort(s_store->src[1]))
+    if (u->op == Op::REDUCE) s_reduce = u;
+  UOpPtr s_outer = range(outer->axis_id() + 1, outer->end());
+  DType t = outer->dtype;
+  UOpPtr chunk = range(0, const_int(chunks, t)), inner = range(outer->axis_id() + 1, const_int(size / chunks, t));
+  std::vector<UOpPtr> src{substitute(s_reduce->src[0], {{s_outer.get(), chunk * (size / chunks) + inner}})};
+  for (size_t i = 1; i < s_reduce->src.size(); ++i) src.push_back(s_reduce->src[i] == s_outer ? inner : s_reduce->src[i]);
+  UOpPtr partial = UOp::make(Op::REDUCE, reduce->dtype, src, reduce->arg);
+  UOpPtr scratch = make_scratch(item.bufs[0], chunks * outputs, reduce->dtype);
+  const UOpPtr& out = store->src[0]->src[0];  // DEFINE_GLOBAL 0
+  UOpPtr partial_store = UOp::make(Op::STORE, dtypes::void_,
+                                   {UOp::make(Op::INDEX, out->dtype, {out, chunk * outputs + s_store->src[0]->src[1]}), partial});
+  std::vector<UOpPtr> partial_bufs = item.bufs;
+  partial_bufs[0] = scratch;
+  ScheduleItem first{ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {partial_store}), partial_bufs};
+
+  // The total: each output reduces its partials (and does what followed the reduction).
+  int64_t top = 0;
+  for (const UOpPtr& r : ranges_in(ast)) top = std::max(top, r->axis_id());
+  UOpPtr part = range(top + 1, const_int(chunks, t));
+  UOpPtr partials = UOp::make(Op::DEFINE_GLOBAL, reduce->dtype.ptr(), {}, static_cast<int64_t>(item.bufs.size()));
+  UOpPtr read = UOp::make(Op::LOAD, reduce->dtype,
+                          {UOp::make(Op::INDEX, partials->dtype, {partials, part * outputs + store->src[0]->src[1]})});
+  item.ast = substitute(ast, {{reduce.get(), UOp::make(Op::REDUCE, reduce->dtype, {read, part}, reduce->arg)}});
+  item.bufs.push_back(scratch);
+  compact_slots(item);
+  return {first};
+}
+
+}  // namespace kiln
