@@ -1,17 +1,33 @@
-// kiln bench train: samples/s of whole training steps (forward, backward, AdamW), with the step's
-// achieved GFLOP/s beside OpenBLAS sgemm measured in the same run. Measured, never asserted.
+// kiln bench train: whole training steps (forward, backward, optimizer) of three models, in kiln and
+// in libtorch side by side in one run: the same initial weights and batches, the steps interleaved,
+// medians. Beside them the step's GFLOP/s against the same-run FMA peak, kernels per step and the
+// first step's time with an empty compile cache. Measured, never asserted.
+//
+// libtorch is set up fairly: 2 intra-op threads (this machine's cores), warmed up, and glibc's malloc
+// told to keep freed memory (rerun_with_malloc_tunables; first touching fresh pages costs ~15 us per
+// 4 KiB here).
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "bench.h"
 #include "bench_reference.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
+#include "frontend/realize.h"
+#include "torch_bench/torch_bench.h"
 #include "train.h"
+#include "uop/config.h"
 
 namespace kiln {
 
@@ -24,13 +40,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-struct StepResult {
-  std::string name;
-  int64_t batch;
-  double seconds;  // median per step
-  double flops;    // per step
-};
-
 enum class OptimKind { SGD, Adam, AdamW };
 
 std::unique_ptr<optim::Optimizer> make_optimizer(OptimKind kind, const std::vector<Tensor>& params) {
@@ -40,28 +49,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(OptimKind kind, const std::vect
     case OptimKind::AdamW: return std::make_unique<optim::AdamW>(params, 1e-3);
   }
   throw Error("bench train: unknown optimizer");
-}
-
-// Times `steps` training steps after `warmup` ones (which compile every kernel).
-StepResult time_steps(const std::string& name, nn::Module& model, OptimKind optim_kind, const Tensor& x, const Tensor& y,
-                      double flops_per_sample, int warmup, int steps) {
-  std::unique_ptr<optim::Optimizer> opt = make_optimizer(optim_kind, model.parameters());
-  std::vector<double> times;
-  for (int i = 0; i < warmup + steps; ++i) {
-    auto start = Clock::now();
-    Tensor loss = nn::cross_entropy(model.forward(x), y);
-    loss.backward();
-    std::vector<Tensor> extra = model.buffers();
-    extra.push_back(loss);
-    opt->step(extra);
-    opt->zero_grad();
-    float value = loss.item<float>();
-    if (!std::isfinite(value)) throw Error(cat("bench train: ", name, ": the loss became ", value));
-    if (i >= warmup) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  int64_t batch = x.shape()[0];
-  // forward + backward (twice the forward: gradients of inputs and of weights) = 3x the forward.
-  return {name, batch, median(times), 3 * flops_per_sample * static_cast<double>(batch)};
 }
 
 // PyTorch's examples/mnist CNN: conv(1->32,3)-ReLU-conv(32->64,3)-ReLU-maxpool(2)-flatten-fc(9216->128)-ReLU-fc(128->10).
@@ -86,71 +73,235 @@ std::shared_ptr<nn::Sequential> make_mlp() {
 }
 double mlp_flops() { return 2.0 * (784 * 512 + 512 * 512 + 512 * 10); }
 
-double sgemm_gflops(const OpenBlas& blas, int runs) {
-  const int n = 1024;
-  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> d(-1, 1);
-  for (float& v : a) v = d(rng);
-  for (float& v : b) v = d(rng);
-  std::vector<double> times;
-  for (int i = 0; i < runs + 1; ++i) {
-    auto start = Clock::now();
-    blas.sgemm(OpenBlas::kRowMajor, OpenBlas::kNoTrans, OpenBlas::kNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+// The libtorch side (torch_bench.h), loaded from beside the kiln binary when it was built.
+struct TorchBench {
+  KilnTorchBenchCreate create = nullptr;
+  KilnTorchBenchStep step = nullptr;
+  KilnTorchBenchDestroy destroy = nullptr;
+  std::string problem;  // why it is not loaded
+
+  static TorchBench load() {
+    TorchBench t;
+    std::error_code ec;
+    std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    std::filesystem::path lib = exe.parent_path() / "libkiln_torch_bench.so";
+    if (ec || !std::filesystem::exists(lib)) {
+      t.problem = cat("no ", lib.string(), ": it is built where libtorch-dev is installed (make deps, then make)");
+      return t;
+    }
+    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept loaded: libtorch's threads may linger
+    if (!handle) {
+      t.problem = cat("dlopen(", lib.string(), ") failed: ", dlerror());
+      return t;
+    }
+    t.create = reinterpret_cast<KilnTorchBenchCreate>(dlsym(handle, "kiln_torch_bench_create"));
+    t.step = reinterpret_cast<KilnTorchBenchStep>(dlsym(handle, "kiln_torch_bench_step"));
+    t.destroy = reinterpret_cast<KilnTorchBenchDestroy>(dlsym(handle, "kiln_torch_bench_destroy"));
+    if (!t.create || !t.step || !t.destroy) {
+      t.problem = cat(lib.string(), " lacks the kiln_torch_bench_* functions");
+      t.create = nullptr;
+    }
+    return t;
   }
-  return 2.0 * n * n * n / median(times) * 1e-9;
+};
+
+struct ModelCase {
+  std::string name, torch_model;
+  OptimKind optim;
+  double lr;
+  std::function<std::shared_ptr<nn::Module>()> make;
+  Shape input;
+  double forward_flops;  // per sample
+};
+
+struct ModelResult {
+  std::string name;
+  int64_t batch = 0;
+  double kiln_s = 0, torch_s = 0;   // median seconds per step (torch_s 0: not measured)
+  double flops = 0;                 // per step: 3x the forward's (backward computes two gradients)
+  double first_step_s = 0;          // kiln's first step, compiling its kernels, empty compile cache
+  size_t kernels = 0;               // kiln kernels launched per step
+  double first_loss_kiln = 0, first_loss_torch = 0;
+  std::string torch_problem;
+};
+
+const char* optim_name(OptimKind k) { return k == OptimKind::SGD ? "SGD" : k == OptimKind::Adam ? "Adam" : "AdamW"; }
+
+ModelResult run_model(const ModelCase& m, const TorchBench& torch, int warmup, int rounds, int steps) {
+  ModelResult r{m.name, m.input[0]};
+  r.flops = 3 * m.forward_flops * static_cast<double>(m.input[0]);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<float> x(static_cast<size_t>(numel(m.input)));
+  for (float& v : x) v = d(rng);
+  std::vector<int32_t> y(static_cast<size_t>(m.input[0]));
+  for (int32_t& v : y) v = static_cast<int32_t>(rng() % 10);
+  Tensor::manual_seed(0);
+  std::shared_ptr<nn::Module> model = m.make();
+
+  // libtorch's copy of the initial weights, made before kiln trains.
+  KilnTorchBench* tb = nullptr;
+  char error[512] = "";
+  if (torch.create) {
+    std::vector<std::string> names;
+    std::vector<std::vector<float>> values;
+    std::vector<int64_t> numels;
+    for (auto& [name, p] : model->named_parameters()) {
+      names.push_back(name);
+      values.push_back(p.to_vector<float>());
+      numels.push_back(p.numel());
+    }
+    std::vector<const char*> name_ptrs;
+    std::vector<const float*> value_ptrs;
+    for (size_t i = 0; i < names.size(); ++i) {
+      name_ptrs.push_back(names[i].c_str());
+      value_ptrs.push_back(values[i].data());
+    }
+    tb = torch.create(m.torch_model.c_str(), optim_name(m.optim), m.lr, 2, static_cast<int>(names.size()), name_ptrs.data(),
+                      value_ptrs.data(), numels.data(), error, sizeof error);
+    if (!tb) r.torch_problem = error;
+  } else {
+    r.torch_problem = torch.problem;
+  }
+
+  Tensor tx = Tensor::from_vector(x, m.input), ty = Tensor::from_vector(y, {m.input[0]});
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(m.optim, model->parameters());
+  auto kiln_step = [&] {
+    auto start = Clock::now();
+    Tensor loss = nn::cross_entropy(model->forward(tx), ty);
+    loss.backward();
+    std::vector<Tensor> extra = model->buffers();
+    extra.push_back(loss);
+    opt->step(extra);
+    opt->zero_grad();
+    float value = loss.item<float>();
+    if (!std::isfinite(value)) throw Error(cat("bench train: ", m.name, ": kiln's loss became ", value));
+    return std::pair{std::chrono::duration<double>(Clock::now() - start).count(), static_cast<double>(value)};
+  };
+  auto torch_step = [&] {
+    auto start = Clock::now();
+    double loss = torch.step(tb, x.data(), m.input.data(), static_cast<int>(m.input.size()), y.data(), error, sizeof error);
+    if (loss < 0) throw Error(cat("bench train: ", m.name, ": libtorch failed: ", error));
+    return std::pair{std::chrono::duration<double>(Clock::now() - start).count(), loss};
+  };
+  std::tie(r.first_step_s, r.first_loss_kiln) = kiln_step();
+  if (tb) r.first_loss_torch = torch_step().second;
+  for (int i = 1; i < warmup; ++i) {
+    kiln_step();
+    if (tb) torch_step();
+  }
+  size_t launched = realize_stats().kernels_launched;
+  kiln_step();
+  r.kernels = realize_stats().kernels_launched - launched;
+  // Interleaved in rounds, so that both see the same machine. Each side's worker threads spin for a
+  // while after their work (kiln's launch team ~1 ms, OpenMP's and OpenBLAS's longer) and would compete
+  // with the other side's: a pause at each switch lets them sleep first.
+  std::vector<double> kiln_times, torch_times;
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); };
+  for (int round = 0; round < rounds; ++round) {
+    pause();
+    for (int i = 0; i < steps; ++i) kiln_times.push_back(kiln_step().first);
+    if (!tb) continue;
+    pause();
+    for (int i = 0; i < steps; ++i) torch_times.push_back(torch_step().first);
+  }
+  r.kiln_s = median(kiln_times);
+  if (tb) {
+    r.torch_s = median(torch_times);
+    torch.destroy(tb);
+  }
+  return r;
+}
+
+double fma_peak_gflops(const CReference& ref, int runs) {
+  float checksum = 0;
+  ref.fma_peak(5'000'000, &checksum);  // wakes the threads and the clocks
+  std::vector<double> rates;
+  for (int i = 0; i < runs; ++i) {
+    auto start = Clock::now();
+    double flops = ref.fma_peak(20'000'000, &checksum);
+    rates.push_back(flops / std::chrono::duration<double>(Clock::now() - start).count() * 1e-9);
+  }
+  return median(rates);
+}
+
+}  // namespace
+
+namespace {
+
+// glibc's malloc told to keep what libtorch frees: no trimming, no mmap per large tensor. Only its
+// tunables reach far enough (mallopt caps the mmap threshold at 32 MiB), and glibc reads them at start,
+// so the process runs itself again with them set. GLIBC_TUNABLES is glibc's variable, not a kiln knob.
+void rerun_with_malloc_tunables() {
+  constexpr const char* kTunables = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=68719476736";
+  const char* now = std::getenv("GLIBC_TUNABLES");
+  if (now && std::string(now).find("glibc.malloc.trim_threshold") != std::string::npos) return;
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+  if (args.empty()) return;  // cannot rerun: measure as is
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  setenv("GLIBC_TUNABLES", now && *now ? cat(now, ":", kTunables).c_str() : kTunables, 1);
+  execv("/proc/self/exe", argv.data());  // returns only on failure: then measure as is
 }
 
 }  // namespace
 
 void run_bench_train(const BenchOptions& options) {
-  int warmup = 2, steps = options.quick ? 3 : 7;
-  OpenBlas blas = OpenBlas::load();
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> d(-1, 1);
-  auto random_tensor = [&](Shape shape) {
-    std::vector<float> v(static_cast<size_t>(numel(shape)));
-    for (float& e : v) e = d(rng);
-    return Tensor::from_vector(v, shape);
+  rerun_with_malloc_tunables();
+  // The first step's compile time is measured against an empty compile cache.
+  std::filesystem::path cache = std::filesystem::temp_directory_path() / cat("kiln-bench-train-", getpid());
+  config().cache_dir = cache.string();
+  struct RemoveCache {
+    std::filesystem::path path;
+    ~RemoveCache() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove_cache{cache};
+
+  int warmup = 2, rounds = options.quick ? 2 : 3, steps = options.quick ? 3 : 5;
+  CReference ref = CReference::build();
+  TorchBench torch = TorchBench::load();
+  std::vector<ModelCase> cases{
+      {"MLP 784-512-512-10, SGD", "mlp", OptimKind::SGD, 0.01, [] { return make_mlp(); }, {256, 784}, mlp_flops()},
+      {"CNN of PyTorch's mnist example, Adam", "torch_cnn", OptimKind::Adam, 1e-3, [] { return make_torch_example_cnn(); },
+       {128, 1, 28, 28}, torch_example_cnn_flops()},
+      {"demo CNN (kiln train mnist), AdamW", "demo_cnn", OptimKind::AdamW, 1e-3, [] { return make_mnist_cnn(); },
+       {128, 1, 28, 28}, mnist_cnn_forward_flops()},
   };
-  auto labels = [&](int64_t n) {
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (int32_t& e : v) e = static_cast<int32_t>(rng() % 10);
-    return Tensor::from_vector(v, {n});
-  };
-  Tensor::manual_seed(0);
-  std::vector<StepResult> results;
-  auto demo = make_mnist_cnn();
-  results.push_back(time_steps("demo CNN (kiln train mnist), AdamW", *demo, OptimKind::AdamW, random_tensor({128, 1, 28, 28}), labels(128),
-                               mnist_cnn_forward_flops(), warmup, steps));
-  auto mlp = make_mlp();
-  results.push_back(time_steps("MLP 784-512-512-10, SGD", *mlp, OptimKind::SGD, random_tensor({256, 784}), labels(256), mlp_flops(), warmup, steps));
-  auto cnn = make_torch_example_cnn();
-  results.push_back(time_steps("CNN of PyTorch's mnist example, Adam", *cnn, OptimKind::Adam, random_tensor({128, 1, 28, 28}), labels(128),
-                               torch_example_cnn_flops(), warmup, steps));
-  double sgemm = blas.sgemm ? sgemm_gflops(blas, options.quick ? 3 : 7) : 0;
+  std::vector<ModelResult> results;
+  for (const ModelCase& m : cases) results.push_back(run_model(m, torch, warmup, rounds, steps));
+  double peak = fma_peak_gflops(ref, options.quick ? 3 : 5);
 
   if (options.json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const StepResult& r : results)
-      out.push_back({{"workload", r.name}, {"batch", r.batch}, {"samples_per_s", double(r.batch) / r.seconds},
-                     {"gflops", r.flops / r.seconds * 1e-9}, {"sgemm_gflops", sgemm}});
+    for (const ModelResult& r : results)
+      out.push_back({{"workload", r.name}, {"batch", r.batch}, {"kiln_steps_per_s", 1 / r.kiln_s},
+                     {"libtorch_steps_per_s", r.torch_s > 0 ? 1 / r.torch_s : 0.0}, {"gflops", r.flops / r.kiln_s * 1e-9},
+                     {"fma_peak_gflops", peak}, {"kernels_per_step", r.kernels}, {"first_step_s", r.first_step_s},
+                     {"libtorch_problem", r.torch_problem}});
     std::cout << out.dump(2) << "\n";
     return;
   }
-  std::cout << "kiln bench train: one training step (forward, backward, AdamW), median of " << steps << " after " << warmup
-            << " warm-up steps\n";
-  std::cout << "reference: " << (blas.sgemm ? cat("OpenBLAS sgemm 1024^3 ", std::lround(sgemm), " GFLOP/s (core ", blas.core, ")")
-                                           : cat("no OpenBLAS: ", blas.problem))
-            << "\n";
-  for (const StepResult& r : results) {
-    double gflops = r.flops / r.seconds * 1e-9;
-    std::cout << "  " << std::left << std::setw(26) << r.name << " batch " << std::setw(4) << r.batch << std::right << std::fixed
-              << std::setprecision(0) << std::setw(8) << double(r.batch) / r.seconds << " samples/s  " << std::setprecision(1)
-              << std::setw(6) << gflops << " GFLOP/s";
-    if (sgemm > 0) std::cout << "  (" << std::setprecision(1) << 100 * gflops / sgemm << "% of sgemm)";
-    std::cout << "   " << std::setprecision(1) << r.seconds * 1e3 << " ms/step\n";
+  std::cout << "kiln bench train: one training step (forward, backward, optimizer), median of " << rounds * steps << " after "
+            << warmup << " warm-up steps, kiln and libtorch alternating in " << rounds << " rounds of " << steps << "\n";
+  std::cout << "reference: FMA peak " << std::lround(peak) << " GFLOP/s (" << ref.threads() << " threads, " << ref.compiler << ")\n";
+  for (const ModelResult& r : results) {
+    double gflops = r.flops / r.kiln_s * 1e-9;
+    std::cout << "  " << r.name << ", batch " << r.batch << "\n" << std::fixed << std::setprecision(1) << "    kiln " << std::setw(7)
+              << 1 / r.kiln_s << " steps/s";
+    if (r.torch_s > 0)
+      std::cout << "   libtorch " << std::setw(7) << 1 / r.torch_s << " steps/s   kiln/libtorch " << std::setprecision(2)
+                << r.torch_s / r.kiln_s << std::setprecision(1);
+    else
+      std::cout << "   libtorch: " << r.torch_problem;
+    std::cout << "\n    " << gflops << " GFLOP/s (" << 100 * gflops / peak << "% of the FMA peak), " << r.kernels
+              << " kernels per step, first step " << std::setprecision(2) << r.first_step_s << " s (empty compile cache)";
+    if (r.torch_s > 0) std::cout << ", first loss " << std::setprecision(5) << r.first_loss_kiln << " vs libtorch " << r.first_loss_torch;
+    std::cout << "\n";
   }
 }
 
