@@ -517,6 +517,14 @@ bool has_transcendental(const UOpPtr& sink) {
   return false;
 }
 
+// A transcendental computed anew at each step of the loop r (one that does not depend on r, such as
+// batch norm's per-channel 1/sqrt(var+eps) inside a loop over pixels, is computed outside it).
+bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r) {
+  for (const UOpPtr& u : toposort(sink))
+    if ((u->op == Op::EXP2 || u->op == Op::LOG2 || u->op == Op::SIN || u->op == Op::SQRT) && depends_on(u, r)) return true;
+  return false;
+}
+
 // The largest power of two <= cap that divides n (1 if none).
 int64_t pow2_divisor(int64_t n, int64_t cap) {
   int64_t d = 1;
@@ -541,8 +549,8 @@ Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<co
 
 // The default heuristics, for kernels of one store (multi-store kernels get threads only):
 // - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes (not when
-//   the kernel calls transcendentals: C has no vector exp2/log2/sin/sqrt, and clang vectorizes the
-//   scalar loop better);
+//   the kernel calls transcendentals inside that loop: C has no vector exp2/log2/sin/sqrt, and clang
+//   vectorizes the scalar loop better);
 // - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
 //   or two vectors of outputs per iteration. The vector is the innermost output loop that the loads
 //   walk contiguously and unmasked (a conv's output channels, not its padded width; else 16 or 8
@@ -565,7 +573,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
   std::optional<int> tile_vector;  // a register tile's vector axis
   std::vector<int64_t> remaining(axes.size());
   for (size_t i = 0; i < axes.size(); ++i) remaining[i] = axes[i].range->end()->vmax();
-  if (sink->src.size() == 1 && (reduces || !has_transcendental(sink))) {
+  if (sink->src.size() == 1 && (reduces || !has_transcendental_along(sink, axes[outputs.back()].range))) {
     const UOpPtr& store = sink->src[0];
     auto lanes_for = [&](int axis) {
       int64_t lanes = register_lanes(store->src[1]->dtype, spec);

@@ -60,17 +60,20 @@ std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& m
     elements += static_cast<double>(b->arg_as<BufferArg>().size);
     bytes += static_cast<double>(b->arg_as<BufferArg>().size) * static_cast<double>(b->dtype.itemsize());
   }
-  if (bytes <= kSplitMinBytes) return {};
-  double multiply_adds = 1;
+  double multiply_adds = 1, reduced = 1;
   for (const UOpPtr& r : ranges_in(ast)) multiply_adds *= static_cast<double>(r->end()->vmax());
-  if (multiply_adds < kSplitMinReuse * elements) return {};
+  for (size_t i = 1; i < reduce->src.size(); ++i) reduced *= static_cast<double>(reduce->src[i]->end()->vmax());
+  int64_t outputs = item.bufs[0]->arg_as<BufferArg>().size;
+  bool big_inputs = bytes > kSplitMinBytes && multiply_adds >= kSplitMinReuse * elements;
+  bool few_outputs = outputs <= kSplitFewOutputs && reduced >= kSplitLongReduce;
+  if (!big_inputs && !few_outputs) return {};
   UOpPtr outer;
   for (size_t i = 1; i < reduce->src.size(); ++i)
     if (!outer || reduce->src[i]->axis_id() < outer->axis_id()) outer = reduce->src[i];
   int64_t size = outer->end()->vmax(), chunks = 0;
   for (int64_t c = 2; c <= size && chunks == 0; ++c)
-    if (size % c == 0 && (bytes / static_cast<double>(c) <= kSplitChunkBytes || c == size)) chunks = c;
-  int64_t outputs = item.bufs[0]->arg_as<BufferArg>().size;
+    if (size % c == 0 && (c == size || (big_inputs ? bytes / static_cast<double>(c) <= kSplitChunkBytes : c >= kSplitThreadChunks)))
+      chunks = c;
   if (chunks == 0 || static_cast<double>(chunks * outputs) * 4 > elements) return {};
 
   // The partial sums: the chunk is the new outermost loop (axis 0) and an output; the reduction runs

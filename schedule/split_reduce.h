@@ -8,10 +8,14 @@
 // over a batch of 128 (30 MB of inputs, 72 tiles) ran at 13 GFLOP/s, the same kernel over 32 images
 // at 250. So the outermost reduce loop is split into chunks: a first kernel stores one partial result
 // per chunk and output (the chunk is its outermost output loop, so threads take chunks), and a second
-// kernel reduces the partials. The cost function:
-//  - the kernel's inputs (the buffers its reduction loads) exceed kSplitMinBytes, and each element of
-//    them feeds at least kSplitMinReuse multiply-adds (many tiles reread them);
-//  - chunks: the fewest that divide the loop and bring the inputs per chunk under kSplitChunkBytes;
+// kernel reduces the partials. The same split serves a long reduction with few outputs (batch norm's
+// per-channel sums, a whole-tensor sum): one output loop too short to share out leaves one core
+// working; the chunks give every core some. The cost function:
+//  - either the kernel's inputs (the buffers its reduction loads) exceed kSplitMinBytes and each
+//    element of them feeds at least kSplitMinReuse multiply-adds (many tiles reread them); chunks:
+//    the fewest that divide the loop and bring the inputs per chunk under kSplitChunkBytes;
+//  - or it has at most kSplitFewOutputs outputs and reduces at least kSplitLongReduce values into each;
+//    chunks: the fewest, at least kSplitThreadChunks, that divide the loop;
 //  - the partials (chunks x outputs) hold at most a quarter of the inputs' elements (so a large
 //    matmul, whose outputs are as big as its inputs, is never split).
 // Only a kernel with one reduction (sum, max, min) is split; elementwise work after it moves to the
@@ -24,6 +28,7 @@
 namespace kiln {
 
 inline constexpr int64_t kSplitMinBytes = 8 << 20, kSplitChunkBytes = 4 << 20, kSplitMinReuse = 16;
+inline constexpr int64_t kSplitFewOutputs = 64, kSplitLongReduce = 1 << 14, kSplitThreadChunks = 8;
 
 std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& make_scratch);
 

@@ -70,6 +70,41 @@ TEST_CASE("a matmul whose operands are contiguous only along the reduction copie
   CHECK(kernels({w.matmul(rand_like_shape({48}))}) == 1);
 }
 
+TEST_CASE("a long reduction with few outputs sums chunks first", "[schedule]") {
+  // Batch norm's per-channel sum over (N, H, W): 16 outputs cannot share out 25K values each across
+  // the cores, 8 chunks can (schedule/split_reduce.h). The total equals a double-precision loop.
+  Shape shape{128, 16, 14, 14};
+  Tensor x = rand_like_shape(shape).realize();
+  Tensor sums = x.sum({0, 2, 3});
+  Schedule s = Tensor::schedule({sums});
+  REQUIRE(kernels({sums}) == 2);
+  CHECK(s.items[0].bufs[0]->arg_as<BufferArg>().size == 8 * 16);  // 8 partials per channel
+  std::vector<float> v = x.to_vector<float>(), got = sums.to_vector<float>();
+  for (int64_t c = 0; c < 16; ++c) {
+    double want = 0;
+    for (int64_t n = 0; n < 128; ++n)
+      for (int64_t i = 0; i < 196; ++i) want += v[static_cast<size_t>((n * 16 + c) * 196 + i)];
+    CHECK(got[static_cast<size_t>(c)] == Approx(want).epsilon(1e-6));
+  }
+  CHECK(kernels({rand_like_shape({256, 256}).sum({1})}) == 1);  // many outputs: already shared out
+}
+
+TEST_CASE("a reduction over inputs larger than a cache sums chunks first", "[schedule]") {
+  // A weight gradient g^T x over 8192 samples: 16 MB of inputs reread by every output tile; split in
+  // chunks of 4 MB. The result equals a double-precision loop.
+  const int64_t n = 8192, f = 256;
+  Tensor g = rand_like_shape({n, f}).realize(), x = (rand_like_shape({n, f}) * 0.5).realize();
+  Tensor w = g.transpose(0, 1).matmul(x);
+  REQUIRE(kernels({w}) == 2);
+  std::vector<float> gv = g.to_vector<float>(), xv = x.to_vector<float>(), got = w.to_vector<float>();
+  for (int64_t i = 0; i < f; i += 37)
+    for (int64_t j = 0; j < f; j += 29) {
+      double want = 0;
+      for (int64_t k = 0; k < n; ++k) want += double(gv[static_cast<size_t>(k * f + i)]) * xv[static_cast<size_t>(k * f + j)];
+      CHECK(got[static_cast<size_t>(i * f + j)] == Approx(want).epsilon(1e-5));
+    }
+}
+
 TEST_CASE("a reduce of a reduce stores the inner one", "[schedule]") {
   Tensor a = rand_like_shape({8, 32});
   CHECK(kernels({a.sum({1}).sum({0})}) == 2);
