@@ -105,10 +105,13 @@ Device& get_device(std::string_view name) {
 
 std::string default_device_name() {
   if (!config().device.empty()) return kEntries[index_of(config().device)].name;
+  // The first that opens, in the list's order: the ones after it are not opened at all (a CPU run
+  // does not start PoCL or lavapipe).
   std::string reasons;
-  for (const DeviceStatus& status : probe_devices()) {
-    if (status.available) return status.name;
-    reasons += cat("\n  ", status.name, ": ", status.reason);
+  for (size_t i = 0; i < kCount; ++i) {
+    Slot& slot = open(i);
+    if (slot.device) return kEntries[i].name;
+    reasons += cat("\n  ", kEntries[i].name, ": ", slot.reason);
   }
   throw Error(cat("no device is available; why each one is not:", reasons));
 }

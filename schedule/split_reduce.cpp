@@ -65,15 +65,20 @@ std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& m
   for (size_t i = 1; i < reduce->src.size(); ++i) reduced *= static_cast<double>(reduce->src[i]->end()->vmax());
   int64_t outputs = item.bufs[0]->arg_as<BufferArg>().size;
   bool big_inputs = bytes > kSplitMinBytes && multiply_adds >= kSplitMinReuse * elements;
-  bool few_outputs = outputs <= kSplitFewOutputs && reduced >= kSplitLongReduce;
+  bool few_outputs = outputs <= kSplitFewOutputs && reduced >= kSplitLongReduce && bytes >= kSplitFewOutputsMinBytes;
   if (!big_inputs && !few_outputs) return {};
   UOpPtr outer;
   for (size_t i = 1; i < reduce->src.size(); ++i)
     if (!outer || reduce->src[i]->axis_id() < outer->axis_id()) outer = reduce->src[i];
   int64_t size = outer->end()->vmax(), chunks = 0;
-  for (int64_t c = 2; c <= size && chunks == 0; ++c)
-    if (size % c == 0 && (c == size || (big_inputs ? bytes / static_cast<double>(c) <= kSplitChunkBytes : c >= kSplitThreadChunks)))
-      chunks = c;
+  // Chunks that leave the loop's factor of two (up to 64) alone, where there are such: GPU-style
+  // devices share a reduction among the work-items of a group by powers of two.
+  auto twos = [](int64_t n) { return std::min<int64_t>(n & -n, 64); };
+  for (bool keep_twos : {true, false})
+    for (int64_t c = 2; c <= size && chunks == 0; ++c)
+      if (size % c == 0 && (!keep_twos || twos(size / c) == twos(size)) &&
+          (c == size || (big_inputs ? bytes / static_cast<double>(c) <= kSplitChunkBytes : c >= kSplitThreadChunks)))
+        chunks = c;
   if (chunks == 0 || static_cast<double>(chunks * outputs) * 4 > elements) return {};
 
   // The partial sums: the chunk is the new outermost loop (axis 0) and an output; the reduction runs

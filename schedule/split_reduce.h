@@ -14,8 +14,11 @@
 //  - either the kernel's inputs (the buffers its reduction loads) exceed kSplitMinBytes and each
 //    element of them feeds at least kSplitMinReuse multiply-adds (many tiles reread them); chunks:
 //    the fewest that divide the loop and bring the inputs per chunk under kSplitChunkBytes;
-//  - or it has at most kSplitFewOutputs outputs and reduces at least kSplitLongReduce values into each;
-//    chunks: the fewest, at least kSplitThreadChunks, that divide the loop;
+//  - or it has at most kSplitFewOutputs outputs, reduces at least kSplitLongReduce values into each and
+//    reads at least kSplitFewOutputsMinBytes; chunks: the fewest, at least kSplitThreadChunks, that
+//    divide the loop;
+//  - either way, chunks that keep the loop's factor of two (up to 64) whole come first, for GPU-style
+//    devices, which share a reduction among a workgroup's work-items by powers of two;
 //  - the partials (chunks x outputs) hold at most a quarter of the inputs' elements (so a large
 //    matmul, whose outputs are as big as its inputs, is never split).
 // Only a kernel with one reduction (sum, max, min) is split; elementwise work after it moves to the
@@ -28,7 +31,7 @@
 namespace kiln {
 
 inline constexpr int64_t kSplitMinBytes = 8 << 20, kSplitChunkBytes = 4 << 20, kSplitMinReuse = 16;
-inline constexpr int64_t kSplitFewOutputs = 64, kSplitLongReduce = 1 << 14, kSplitThreadChunks = 8;
+inline constexpr int64_t kSplitFewOutputs = 64, kSplitLongReduce = 1 << 14, kSplitThreadChunks = 8, kSplitFewOutputsMinBytes = 2 << 20;
 
 std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& make_scratch);
 

@@ -71,9 +71,9 @@ TEST_CASE("a matmul whose operands are contiguous only along the reduction copie
 }
 
 TEST_CASE("a long reduction with few outputs sums chunks first", "[schedule]") {
-  // Batch norm's per-channel sum over (N, H, W): 16 outputs cannot share out 25K values each across
+  // Batch norm's per-channel sum over (N, H, W): 16 outputs cannot share out 100K values each across
   // the cores, 8 chunks can (schedule/split_reduce.h). The total equals a double-precision loop.
-  Shape shape{128, 16, 14, 14};
+  Shape shape{128, 16, 28, 28};
   Tensor x = rand_like_shape(shape).realize();
   Tensor sums = x.sum({0, 2, 3});
   Schedule s = Tensor::schedule({sums});
@@ -83,7 +83,7 @@ TEST_CASE("a long reduction with few outputs sums chunks first", "[schedule]") {
   for (int64_t c = 0; c < 16; ++c) {
     double want = 0;
     for (int64_t n = 0; n < 128; ++n)
-      for (int64_t i = 0; i < 196; ++i) want += v[static_cast<size_t>((n * 16 + c) * 196 + i)];
+      for (int64_t i = 0; i < 784; ++i) want += v[static_cast<size_t>((n * 16 + c) * 784 + i)];
     CHECK(got[static_cast<size_t>(c)] == Approx(want).epsilon(1e-6));
   }
   CHECK(kernels({rand_like_shape({256, 256}).sum({1})}) == 1);  // many outputs: already shared out

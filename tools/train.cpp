@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -122,6 +123,7 @@ void run_train(const TrainOptions& o) {
   auto start = Clock::now();
   auto last_print = start;
   int64_t first_step = step;
+  std::deque<std::pair<Clock::time_point, int64_t>> recent;  // (end of a step, its number)
   double smoothed = NAN;
   std::vector<Tensor> batch;
   while (step < total) {
@@ -141,13 +143,23 @@ void run_train(const TrainOptions& o) {
                             "); training stopped. Try a lower --lr (now ", o.lr, ")"));
     smoothed = std::isnan(smoothed) ? value : 0.95 * smoothed + 0.05 * value;
     auto now = Clock::now();
+    // The rate over the last ~10 s of steps: the first steps compile kernels, and their time says
+    // nothing about the rest (at step 1 there is no rate yet).
+    recent.push_back({now, step});
+    while (recent.size() > 2 && now - recent[1].first > std::chrono::seconds(10)) recent.pop_front();
     if (now - last_print > std::chrono::milliseconds(500) || step == total) {
-      double elapsed = std::chrono::duration<double>(now - start).count();
-      double rate = static_cast<double>((step - first_step) * o.batch_size) / elapsed;
-      double eta = static_cast<double>((total - step) * o.batch_size) / rate;
+      std::string rate_text = "--", eta_text = "--";
+      if (recent.size() >= 2) {
+        double window = std::chrono::duration<double>(now - recent.front().first).count();
+        double rate = static_cast<double>((step - recent.front().second) * o.batch_size) / window;
+        std::ostringstream r;
+        r << std::fixed << std::setprecision(0) << rate;
+        rate_text = r.str();
+        eta_text = duration(static_cast<double>((total - step) * o.batch_size) / rate);
+      }
       std::cerr << "\rkiln: train: epoch " << batches.epoch() + 1 << "/" << o.epochs << "  step " << step << "/" << total << "  loss "
-                << std::fixed << std::setprecision(4) << smoothed << "  " << std::setprecision(0) << rate << " samples/s  ETA "
-                << duration(eta) << "    " << std::flush;
+                << std::fixed << std::setprecision(4) << smoothed << "  " << rate_text << " samples/s  ETA " << eta_text << "    "
+                << std::flush;
       last_print = now;
     }
   }
