@@ -54,9 +54,10 @@ std::vector<UOpPtr> packed_order(const UOpPtr& load, const UOpPtr& last) {
   return loops;
 }
 
-int64_t elements(const std::vector<UOpPtr>& loops) {
-  int64_t n = 1;
-  for (const UOpPtr& r : loops) n *= r->end()->vmax();
+// In double: the loops of a load can multiply past int64 before the size check rejects them.
+double elements(const std::vector<UOpPtr>& loops) {
+  double n = 1;
+  for (const UOpPtr& r : loops) n *= static_cast<double>(r->end()->vmax());
   return n;
 }
 
@@ -135,11 +136,11 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
       std::vector<UOpPtr> order = packed_order(x, v);
       int64_t largest = 0;  // the operand's biggest input: a copy may not hold more
       for (const LoadInfo& l : own) largest = std::max(largest, item.bufs[static_cast<size_t>(l.slot)]->arg_as<BufferArg>().size);
-      if (order.empty() || own.empty() || elements(order) > largest) {
+      if (order.empty() || own.empty() || elements(order) > static_cast<double>(largest)) {
         ok = false;
         break;
       }
-      copied += static_cast<double>(elements(order));
+      copied += elements(order);
       packs.push_back({x, std::move(order)});
     }
     if (!ok || packs.empty() || copied * kRepackMinReuse > multiply_adds) continue;
@@ -160,7 +161,7 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
         loops.push_back(range(static_cast<int64_t>(i), order[i]->end()));
         own[order[i].get()] = loops.back();
       }
-      bufs[0] = make_scratch(bufs[1], elements(order), x->dtype);
+      bufs[0] = make_scratch(bufs[1], static_cast<int64_t>(elements(order)), x->dtype);
       UOpPtr value = substitute(x, own), target = global(x->dtype, 0);
       UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, target->dtype, {target, contiguous_index(loops)}), value});
       out.push_back({ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {store}), bufs});

@@ -23,5 +23,7 @@ extern const char* const kBenchHelp;
 void run_bench(const BenchOptions& options);
 // `kiln bench train`: samples/s and GFLOP/s of whole training steps (tools/bench_train.cpp).
 void run_bench_train(const BenchOptions& options);
+// `kiln bench sweep`: matmul layouts and sizes, attention and conv2d shapes against the FMA peak (tools/bench_sweep.cpp).
+void run_bench_sweep(const BenchOptions& options);
 
 }  // namespace kiln

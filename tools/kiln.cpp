@@ -90,11 +90,14 @@ Run setup_bench(CLI::App& command) {
   command.add_flag("--quick", options->quick, "fewer runs and a smaller matmul: under 20 s instead of under 2 minutes");
   command.add_flag("--json", options->json, "print the report as JSON instead of one line per workload");
   auto suite = std::make_shared<std::string>("kernels");
-  command.add_option("suite", *suite, "kernels (default): the workloads below; train: whole training steps of the demo CNN and an MLP")
-      ->check(CLI::IsMember({"kernels", "train"}));
+  command.add_option("suite", *suite,
+                     "kernels (default): the workloads below; train: whole training steps beside libtorch; sweep: matmul layouts, "
+                     "attention and conv2d forward/backward shapes against the FMA peak")
+      ->check(CLI::IsMember({"kernels", "train", "sweep"}));
   command.footer(kBenchHelp);
   return [options, suite] {
     if (*suite == "train") run_bench_train(*options);
+    else if (*suite == "sweep") run_bench_sweep(*options);
     else run_bench(*options);
   };
 }
