@@ -123,7 +123,11 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
       if (walk(l, r) == 1) return {};
   }
   double multiply_adds = 1;
-  for (const UOpPtr& r : all) multiply_adds *= static_cast<double>(r->end()->vmax());
+  int64_t first_new_id = 0;
+  for (const UOpPtr& r : all) {
+    multiply_adds *= static_cast<double>(r->end()->vmax());
+    first_new_id = std::max(first_new_id, r->axis_id() + 1);
+  }
   for (size_t k = outputs.size(); k-- > 0;) {
     const UOpPtr& v = outputs[k];
     if (!fills_vectors(v)) continue;
@@ -147,27 +151,25 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     std::vector<ScheduleItem> out;
     std::unordered_map<const UOp*, UOpPtr> replace;
     for (const auto& [x, order] : packs) {
-      // The copy: its own loops 0..n-1 in the packed order and its own buffer slots (0: the copy).
+      // The copy: new loops in the packed order, with ids after all of the kernel's (substitute() would
+      // rename a loop twice if a new one equalled an old one), reading the operand's buffers from their
+      // slots; slot 0 is the copy. compact_slots then numbers the slots it uses from 0.
       std::unordered_map<const UOp*, UOpPtr> own;
-      std::vector<UOpPtr> bufs{nullptr};
-      for (const LoadInfo& l : global_loads(x)) {
-        const UOpPtr& g = l.load->src[0]->src[0];
-        if (own.count(g.get())) continue;
-        own[g.get()] = UOp::make(Op::DEFINE_GLOBAL, g->dtype, {}, static_cast<int64_t>(bufs.size()));
-        bufs.push_back(item.bufs[static_cast<size_t>(l.slot)]);
-      }
       std::vector<UOpPtr> loops;
       for (size_t i = 0; i < order.size(); ++i) {
-        loops.push_back(range(static_cast<int64_t>(i), order[i]->end()));
+        loops.push_back(range(first_new_id + static_cast<int64_t>(i), order[i]->end()));
         own[order[i].get()] = loops.back();
       }
-      bufs[0] = make_scratch(bufs[1], static_cast<int64_t>(elements(order)), x->dtype);
-      UOpPtr value = substitute(x, own), target = global(x->dtype, 0);
-      UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, target->dtype, {target, contiguous_index(loops)}), value});
-      out.push_back({ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {store}), bufs});
+      UOpPtr scratch = make_scratch(item.bufs[static_cast<size_t>(global_loads(x)[0].slot)], static_cast<int64_t>(elements(order)), x->dtype);
+      UOpPtr target = global(x->dtype, 0);
+      UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, target->dtype, {target, contiguous_index(loops)}), substitute(x, own)});
+      ScheduleItem pack{ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {store}), item.bufs};
+      pack.bufs[0] = scratch;
+      compact_slots(pack);
+      out.push_back(std::move(pack));
       // The reduction reads the copy, contiguous along v.
       UOpPtr ptr = global(x->dtype, static_cast<int64_t>(item.bufs.size()));
-      item.bufs.push_back(bufs[0]);
+      item.bufs.push_back(scratch);
       replace[x.get()] = UOp::make(Op::LOAD, x->dtype, {UOp::make(Op::INDEX, ptr->dtype, {ptr, contiguous_index(order)})});
     }
     item.ast = substitute(ast, replace);

@@ -70,6 +70,25 @@ TEST_CASE("a matmul whose operands are contiguous only along the reduction copie
   CHECK(kernels({w.matmul(rand_like_shape({48}))}) == 1);
 }
 
+TEST_CASE("a repacked operand keeps each of its axes, whatever their sizes and numbers", "[schedule]") {
+  // out[a, n, c] = sum_k x[a, k] * w[n, k, c], with w stored as (c, n, k): strided along every output
+  // axis, so it is repacked to (n, k, c). Its loops (n, k, c) are renumbered for the copy; with K == N
+  // a new loop once equalled an old one and two axes merged (a transformer's loss went NaN).
+  const int64_t A = 16, N = 8, K = 8, C = 8;
+  Tensor x = rand_like_shape({A, K}).realize(), stored = (rand_like_shape({C, N, K}) * 0.25 + 0.5).realize();
+  Tensor w = stored.permute({1, 2, 0});  // (N, K, C)
+  Tensor out = (x.reshape({A, 1, K, 1}) * w.reshape({1, N, K, C})).sum({2});
+  REQUIRE(kernels({out}) == 2);  // the copy, then the reduction
+  std::vector<float> xv = x.to_vector<float>(), sv = stored.to_vector<float>(), got = out.to_vector<float>();
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) {
+        double want = 0;
+        for (int64_t k = 0; k < K; ++k) want += double(xv[static_cast<size_t>(a * K + k)]) * sv[static_cast<size_t>((c * N + n) * K + k)];
+        CHECK(got[static_cast<size_t>((a * N + n) * C + c)] == Approx(want).epsilon(1e-5));
+      }
+}
+
 TEST_CASE("a long reduction with few outputs sums chunks first", "[schedule]") {
   // Batch norm's per-channel sum over (N, H, W): 16 outputs cannot share out 100K values each across
   // the cores, 8 chunks can (schedule/split_reduce.h). The total equals a double-precision loop.
