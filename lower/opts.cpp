@@ -78,12 +78,6 @@ struct Axis {
 
 bool is_gpu(const DeviceSpec& spec) { return spec.max_local > 0; }
 
-// Whether u's value changes with the loop r.
-bool depends_on(const UOpPtr& u, const UOpPtr& r) {
-  for (const UOpPtr& n : toposort(u))
-    if (n == r) return true;
-  return false;
-}
 
 // The lanes of a vector of `element` that fill the device's vector register, clamped to 2..16.
 int64_t register_lanes(DType element, const DeviceSpec& spec) {

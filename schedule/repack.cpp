@@ -25,11 +25,6 @@ std::vector<LoadInfo> global_loads(const UOpPtr& ast) {
   return out;
 }
 
-bool depends_on(const UOpPtr& u, const UOpPtr& r) {
-  for (const UOpPtr& n : toposort(u))
-    if (n == r) return true;
-  return false;
-}
 
 // How a load walks along the loop r: 0 (stays put), 1 (contiguous under one gate), or -1 (anything
 // else: strided, unknown, or masked lane by lane).

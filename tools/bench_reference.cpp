@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -116,6 +117,19 @@ OpenBlas OpenBlas::load() {
   blas.config = config ? config() : "";
   while (!blas.config.empty() && blas.config.back() == ' ') blas.config.pop_back();
   return blas;
+}
+
+double CReference::peak_gflops(int runs) const {
+  float checksum = 0;
+  fma_peak(5'000'000, &checksum);  // wakes the threads and the clocks
+  std::vector<double> rates;
+  for (int i = 0; i < runs; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    double flops = fma_peak(20'000'000, &checksum);
+    rates.push_back(flops / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e-9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 }  // namespace kiln

@@ -21,6 +21,8 @@ struct CReference {
   void (*softmax_rows)(const float* x, float* y, int64_t rows, int64_t cols) = nullptr;
   void (*triad)(float* a, const float* b, const float* c, float scalar, int64_t n) = nullptr;
   double (*fma_peak)(int64_t iterations, float* checksum) = nullptr;  // returns the flops done
+  // The median GFLOP/s of `runs` timed fma_peak loops after a warm-up (the same-run peak).
+  double peak_gflops(int runs) const;
 
   std::string compiler;         // e.g. "gcc 12.2.0 -O3 -march=native -fno-math-errno -fopenmp"
   double compile_seconds = 0;

@@ -93,18 +93,6 @@ void add_convs(std::vector<SweepCase>& cases, bool quick) {
   }
 }
 
-double fma_peak(const CReference& ref) {
-  float checksum = 0;
-  ref.fma_peak(5'000'000, &checksum);
-  std::vector<double> rates;
-  for (int i = 0; i < 3; ++i) {
-    auto start = Clock::now();
-    double flops = ref.fma_peak(20'000'000, &checksum);
-    rates.push_back(flops / std::chrono::duration<double>(Clock::now() - start).count() * 1e-9);
-  }
-  std::sort(rates.begin(), rates.end());
-  return rates[1];
-}
 
 }  // namespace
 
@@ -113,7 +101,7 @@ void run_bench_sweep(const BenchOptions& options) {
   std::vector<SweepCase> cases;
   add_matmuls(cases, options.quick);
   add_convs(cases, options.quick);
-  double peak = fma_peak(ref);
+  double peak = ref.peak_gflops(3);
   struct Row {
     const SweepCase* c;
     double gflops;

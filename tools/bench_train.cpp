@@ -213,17 +213,6 @@ ModelResult run_model(const ModelCase& m, const TorchBench& torch, int warmup, i
   return r;
 }
 
-double fma_peak_gflops(const CReference& ref, int runs) {
-  float checksum = 0;
-  ref.fma_peak(5'000'000, &checksum);  // wakes the threads and the clocks
-  std::vector<double> rates;
-  for (int i = 0; i < runs; ++i) {
-    auto start = Clock::now();
-    double flops = ref.fma_peak(20'000'000, &checksum);
-    rates.push_back(flops / std::chrono::duration<double>(Clock::now() - start).count() * 1e-9);
-  }
-  return median(rates);
-}
 
 }  // namespace
 
@@ -274,7 +263,7 @@ void run_bench_train(const BenchOptions& options) {
   };
   std::vector<ModelResult> results;
   for (const ModelCase& m : cases) results.push_back(run_model(m, torch, warmup, rounds, steps));
-  double peak = fma_peak_gflops(ref, options.quick ? 3 : 5);
+  double peak = ref.peak_gflops(options.quick ? 3 : 5);
 
   if (options.json) {
     nlohmann::json out = nlohmann::json::array();

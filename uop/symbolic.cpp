@@ -331,4 +331,10 @@ std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r) {
 
 bool is_contiguous(const UOpPtr& index, const UOpPtr& r) { return index_stride(index, r) == 1; }
 
+bool depends_on(const UOpPtr& u, const UOpPtr& r) {
+  for (const UOpPtr& n : toposort(u))
+    if (n == r) return true;
+  return false;
+}
+
 }  // namespace kiln

@@ -27,5 +27,6 @@ UOpPtr simplify(const UOpPtr& x);
 // How much the integer expression `index` grows when the RANGE r grows by 1, when that is a constant.
 std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r);
 bool is_contiguous(const UOpPtr& index, const UOpPtr& r);  // index_stride(index, r) == 1
+bool depends_on(const UOpPtr& u, const UOpPtr& r);          // whether r is among u's sources, at any depth
 
 }  // namespace kiln
