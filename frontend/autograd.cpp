@@ -8,8 +8,9 @@
 // differentiated again (second order).
 //
 // Leaves are tensors marked with requires_grad_(); a registry of them (weak) lets backward() find
-// which nodes of a graph are leaves. A realized non-leaf keeps the graph it was computed by
-// (State::graph), so backward() still works after the loss was printed.
+// which nodes of a graph are leaves. A realized non-leaf's node is recorded with the graph that computed
+// it (Autograd::record), so backward() still works after the loss was printed, and through tensors
+// computed later from a realized value.
 #include <mutex>
 #include <numbers>
 #include <unordered_map>
@@ -17,6 +18,7 @@
 
 #include "frontend/detail.h"
 #include "uop/pattern.h"
+#include "uop/rewrite.h"
 
 namespace kiln {
 
@@ -282,8 +284,35 @@ struct Autograd {
     }
     return out;
   }
+  // Realized non-leaf values and the graphs that computed them, so that a tensor built later from a
+  // realized value still differentiates through it, as in PyTorch (y.to_vector(); (y * 2).sum().backward()).
+  // Keyed by the realized node (RESHAPE of its buffer), weakly: an entry goes when no graph holds that node.
+  struct Computed {
+    std::weak_ptr<const UOp> node;
+    UOpPtr graph;
+  };
+  static std::unordered_map<const UOp*, Computed>& computed() {
+    static auto* m = new std::unordered_map<const UOp*, Computed>();
+    return *m;
+  }
+  static void record(const UOpPtr& node, const UOpPtr& graph) {
+    std::lock_guard<std::mutex> lock(mu());
+    std::erase_if(computed(), [](const auto& entry) { return entry.second.node.expired(); });  // few live at a time
+    computed()[node.get()] = {node, graph};
+  }
+  // The live entries, copied so that walks need no lock.
+  static std::unordered_map<const UOp*, UOpPtr> computed_graphs() {
+    std::lock_guard<std::mutex> lock(mu());
+    std::unordered_map<const UOp*, UOpPtr> out;
+    for (const auto& [key, c] : computed())
+      if (UOpPtr node = c.node.lock(); node && node.get() == key) out[key] = c.graph;
+    return out;
+  }
+
+  // Whether root reaches one of `nodes`, through the graphs behind realized values too.
   static bool depends_on(const UOpPtr& root, const std::unordered_set<const UOp*>& nodes) {
     if (nodes.empty()) return false;
+    std::unordered_map<const UOp*, UOpPtr> behind = computed_graphs();
     std::unordered_set<const UOp*> seen;
     std::vector<const UOp*> stack{root.get()};
     while (!stack.empty()) {
@@ -292,11 +321,38 @@ struct Autograd {
       if (!seen.insert(u).second) continue;
       if (nodes.count(u)) return true;
       if (u->op == Op::DETACH) continue;
+      if (auto it = behind.find(u); it != behind.end()) stack.push_back(it->second.get());
       for (const UOpPtr& s : u->src) stack.push_back(s.get());
     }
     return false;
   }
-  static const UOpPtr& graph(const Tensor& t) { return t.state_->graph ? t.state_->graph : t.state_->uop; }
+  // root with every realized value in it (other than the targets themselves) replaced by the graph that
+  // computed it, recursively: the graph backprop differentiates.
+  static UOpPtr unrealized(const UOpPtr& root, const std::unordered_set<const UOp*>& targets) {
+    std::unordered_map<const UOp*, UOpPtr> behind = computed_graphs();
+    if (behind.empty()) return root;
+    std::unordered_map<const UOp*, UOpPtr> memo;
+    return unrealized(root, targets, behind, memo);
+  }
+  static UOpPtr unrealized(const UOpPtr& root, const std::unordered_set<const UOp*>& targets,
+                           const std::unordered_map<const UOp*, UOpPtr>& behind, std::unordered_map<const UOp*, UOpPtr>& memo) {
+    std::unordered_map<const UOp*, UOpPtr> replace;
+    std::unordered_set<const UOp*> seen;
+    std::vector<const UOp*> stack{root.get()};
+    while (!stack.empty()) {
+      const UOp* u = stack.back();
+      stack.pop_back();
+      if (!seen.insert(u).second || targets.count(u) || u->op == Op::DETACH) continue;
+      if (auto it = behind.find(u); it != behind.end()) {
+        auto [slot, fresh] = memo.try_emplace(u, nullptr);
+        if (fresh) slot->second = unrealized(it->second, targets, behind, memo);
+        replace[u] = slot->second;
+        continue;
+      }
+      for (const UOpPtr& s : u->src) stack.push_back(s.get());
+    }
+    return replace.empty() ? root : substitute(root, replace);
+  }
 
   // realize_all calls this after replacing a tensor's node by its buffer.
   static void realized(Tensor& t, const UOpPtr& before) {
@@ -306,7 +362,7 @@ struct Autograd {
       return;
     }
     std::vector<StatePtr> l = leaves();
-    if (!l.empty() && depends_on(before, leaf_nodes(l))) s.graph = before;
+    if (!l.empty() && depends_on(before, leaf_nodes(l))) record(s.uop, before);
   }
 };
 
@@ -351,13 +407,12 @@ Tensor& Tensor::requires_grad_(bool on) {
     throw Error(kiln::cat("requires_grad_: only floating-point tensors can require gradients; this one is ", dtype().name()));
   if (on && !state_->requires_grad) Autograd::add(state_);
   state_->requires_grad = on;
-  state_->graph = nullptr;
   return *this;
 }
 
 bool Tensor::requires_grad() const {
   if (state_->requires_grad) return true;
-  return Autograd::depends_on(Autograd::graph(*this), Autograd::leaf_nodes(Autograd::leaves()));
+  return Autograd::depends_on(uop(), Autograd::leaf_nodes(Autograd::leaves()));
 }
 
 bool Tensor::is_leaf() const { return state_->requires_grad || !requires_grad(); }
@@ -387,7 +442,6 @@ Tensor& Tensor::assign(const Tensor& value) {
     state_->uop = value.uop()->op == Op::RESHAPE && value.uop()->src[0]->op == Op::BUFFER ? value.uop() : value.detach().uop();
   } else {
     state_->uop = value.uop();
-    state_->graph = value.state_->graph;
   }
   return *this;
 }
@@ -413,13 +467,12 @@ UOpPtr seed_gradient(const Tensor& output, const std::optional<Tensor>& given, c
 
 void Tensor::backward(std::optional<Tensor> gradient) {
   std::vector<Autograd::StatePtr> leaves = Autograd::leaves();
-  const UOpPtr& root = Autograd::graph(*this);
   std::unordered_set<const UOp*> targets = Autograd::leaf_nodes(leaves);
-  if (!Autograd::depends_on(root, targets))
+  if (!Autograd::depends_on(uop(), targets))
     throw Error(kiln::cat("backward: this ", shape_str(shape()), " tensor does not depend on any tensor with requires_grad_() "
                           "(or it was computed under NoGradGuard or from detach())"));
   UOpPtr seed = seed_gradient(*this, gradient, "backward");
-  auto grads = backprop(root, seed, targets);
+  auto grads = backprop(Autograd::unrealized(uop(), targets), seed, targets);
   for (const Autograd::StatePtr& s : leaves) {
     std::optional<Tensor> g;
     for (const UOpPtr& node : {s->uop, s->former}) {
@@ -439,7 +492,7 @@ std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& i
   std::unordered_set<const UOp*> targets;
   for (const Tensor& x : inputs) targets.insert(x.uop().get());
   UOpPtr seed = seed_gradient(output, grad_output, "gradients");
-  auto grads = backprop(Autograd::graph(output), seed, targets);
+  auto grads = backprop(Autograd::unrealized(output.uop(), targets), seed, targets);
   std::vector<Tensor> out;
   for (const Tensor& x : inputs) {
     auto it = grads.find(x.uop().get());

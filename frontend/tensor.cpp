@@ -7,6 +7,7 @@
 
 #include "frontend/detail.h"
 #include "frontend/realize.h"
+#include "uop/alu.h"
 
 namespace kiln {
 
@@ -82,8 +83,10 @@ Tensor Tensor::from_raw(const void* data, DType dtype, Shape shape, const std::s
   UOpPtr dev = device_node(device);
   UOpPtr buffer = new_buffer(dev, std::max<int64_t>(n, 1), dtype);
   DeviceBuffer& storage = storage_of(buffer);
-  storage.ensure_allocated();
-  storage.device->copy_in(storage.raw, data, static_cast<size_t>(n) * dtype.itemsize());
+  if (n > 0) {  // an empty tensor has no bytes to copy (and data may be null)
+    storage.ensure_allocated();
+    storage.device->copy_in(storage.raw, data, static_cast<size_t>(n) * dtype.itemsize());
+  }
   return Tensor(movement(Op::RESHAPE, buffer, shape), shape, std::move(dev));
 }
 
@@ -300,9 +303,7 @@ Tensor Tensor::reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char
 // The input is padded to a multiple with the op's identity.
 Tensor Tensor::split_reduce(Op op) const {
   int64_t n = numel(), parts = kSplitReduceParts, per = (n + parts - 1) / parts;
-  double identity = op == Op::ADD ? 0.0 : op == Op::MUL ? 1.0 : op == Op::MAX ? -INFINITY : INFINITY;
-  if (!is_float(dtype()) && (op == Op::MAX || op == Op::MIN))
-    identity = as_double(op == Op::MAX ? lowest(dtype()) : highest(dtype()));
+  double identity = as_double(reduce_identity(op, dtype()));
   Tensor flat = reshape({n}).pad({{0, parts * per - n}}, identity).reshape({parts, per});
   Tensor partial = derived(UOp::make(Op::REDUCE_AXIS, dtype(), {flat.uop()}, ReduceArg{op, {1}}), {parts, 1});
   return derived(UOp::make(Op::REDUCE_AXIS, dtype(), {partial.uop()}, ReduceArg{op, {0}}), {1, 1});
@@ -334,7 +335,9 @@ Tensor Tensor::reshape(Shape new_shape) const {
     }
   }
   if (infer >= 0) {
-    if (known == 0 || numel() % known != 0)
+    if (known == 0)
+      throw Error(kiln::cat("reshape: the sizes beside -1 in ", shape_str(new_shape), " multiply to 0, so -1 could be any size (as in PyTorch); give that size explicitly"));
+    if (numel() % known != 0)
       throw Error(kiln::cat("reshape: cannot infer -1 in ", shape_str(new_shape), " for ", numel(), " elements of shape ", shape_str(shape())));
     new_shape[static_cast<size_t>(infer)] = numel() / known;
   }
@@ -487,6 +490,7 @@ void Tensor::copy_out(void* dst, DType want) {
   if (want != dtype())
     throw Error(kiln::cat("to_vector: the tensor is ", dtype().name(), " but ", want.name(), " was asked for; cast() it first"));
   realize();
+  if (numel() == 0) return;  // nothing to copy (dst may be null)
   const UOpPtr& buffer = uop()->src[0];
   DeviceBuffer& storage = storage_of(buffer);
   storage.ensure_allocated();

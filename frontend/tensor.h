@@ -194,11 +194,11 @@ class Tensor {
     UOpPtr uop;
     Shape shape;
     UOpPtr device;  // the DEVICE node: given by the op that made the tensor, else found on first use
-    // autograd: a leaf's flag and gradient; the graph a realized non-leaf was computed by (so
-    // backward still works after realize); a leaf's value before its last realize or assign.
+    // autograd: a leaf's flag and gradient, and its value before its last realize or assign (the graphs of
+    // realized non-leaves are recorded by autograd, keyed by their nodes).
     bool requires_grad = false;
     std::shared_ptr<Tensor> grad;
-    UOpPtr graph, former;
+    UOpPtr former;
   };
   friend struct Autograd;
   std::shared_ptr<State> state_;

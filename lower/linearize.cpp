@@ -65,14 +65,6 @@ std::vector<UOpPtr> ranges_of(const UOpPtr& u) {
   return sorted_ranges(map.of(u), u);
 }
 
-ConstValue reduce_identity(Op op, DType dtype) {
-  if (op == Op::ADD) return cast_const(int64_t{0}, dtype);
-  if (op == Op::MUL) return cast_const(int64_t{1}, dtype);
-  if (is_float(dtype)) return op == Op::MAX ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-  KILN_ASSERT(op == Op::MAX || op == Op::MIN, "reduce ops are ADD, MUL, MAX and MIN, not ", op_name(op));
-  return op == Op::MAX ? lowest(dtype) : highest(dtype);
-}
-
 UOpPtr lower_reduces(const UOpPtr& sink) {
   // Bottom-up: a reduce's value is already lowered when the reduce itself is rewritten.
   struct Ctx : RewriteContext {

@@ -12,6 +12,7 @@
 #pragma once
 #include <vector>
 
+#include "uop/alu.h"
 #include "uop/uop.h"
 
 namespace kiln {
@@ -23,7 +24,5 @@ std::vector<UOpPtr> linearize(const UOpPtr& sink);
 // The RANGEs u runs inside (open at u), ordered by axis id.
 std::vector<UOpPtr> ranges_of(const UOpPtr& u);
 
-// The identity element of a reduce op for dtype (0 for ADD, 1 for MUL, the lowest value for MAX...).
-ConstValue reduce_identity(Op op, DType dtype);
 
 }  // namespace kiln

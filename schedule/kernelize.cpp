@@ -1,5 +1,6 @@
 #include "schedule/kernelize.h"
 
+#include "uop/alu.h"
 #include "uop/symbolic.h"
 
 namespace kiln {
@@ -76,6 +77,9 @@ UOpPtr KernelBuilder::index(const UOpPtr& u, const std::vector<UOpPtr>& idx, con
 }
 
 UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid) {
+  // A tensor with no elements has no value to read: a kernel reaches it only through padding that is never
+  // inside or a reduction over an empty axis, so any placeholder serves, and no buffer is touched.
+  if (numel(shapes_(u)) == 0) return const_of(u->dtype, int64_t{0});
   if (UOpPtr buffer = stored_buffer_(u)) return load(buffer, shapes_(u), idx, valid);
   const Shape& shape = shapes_(u);
   auto src_shape = [&](size_t i) -> const Shape& { return shapes_(u->src[i]); };
@@ -157,6 +161,8 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
     case Op::REDUCE_AXIS: {
       const ReduceArg& r = std::get<ReduceArg>(u->arg);
       const Shape& in = src_shape(0);
+      for (int64_t axis : r.axes)  // over no elements: the identity (a sum is 0, a product 1)
+        if (in[static_cast<size_t>(axis)] == 0) return const_of(u->dtype, reduce_identity(r.op, u->dtype));
       std::vector<UOpPtr> in_idx = idx, ranges;
       for (int64_t axis : r.axes) {
         size_t a = static_cast<size_t>(axis);

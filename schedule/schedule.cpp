@@ -199,6 +199,10 @@ class Scheduler {
   // Emits the items that compute u (after those it depends on), depth first.
   void emit(const UOpPtr& root, Schedule& s) {
     if (is_leaf(root) || buffers_.count(root.get())) return;
+    if (numel(shapes_(root)) == 0) {  // nothing to compute or copy: the buffer is never allocated or read
+      buffers_[root.get()] = make_buffer_(device_of(root), 1, root->dtype);
+      return;
+    }
     // The stored nodes this region reads, emitted first.
     std::vector<UOpPtr> deps;
     std::vector<UOpPtr> stack(root->src.begin(), root->src.end());
@@ -215,7 +219,7 @@ class Scheduler {
     }
     for (const UOpPtr& d : deps) emit(d, s);
     const Shape& shape = shapes_(root);
-    UOpPtr out = make_buffer_(device_of(root), std::max<int64_t>(numel(shape), 1), root->dtype);
+    UOpPtr out = make_buffer_(device_of(root), numel(shape), root->dtype);
     ScheduleItem item;
     if (root->op == Op::COPY) {
       item.kind = ScheduleItem::Kind::Copy;

@@ -258,6 +258,36 @@ TEST_CASE("autograd: backward after the output was realized", "[autograd]") {
   CHECK(v.grad()->to_vector<float>() == std::vector<float>{4, 4});
 }
 
+// PyTorch differentiates through intermediates that were computed (printed, copied out) before later
+// ops used them: the realized value is a buffer, and autograd keeps the graph behind it.
+TEST_CASE("autograd: backward through intermediates realized before later ops used them", "[autograd]") {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3}, {3}).requires_grad_();
+  Tensor y = x * x;
+  CHECK(y.to_vector<float>() == std::vector<float>{1, 4, 9});
+  CHECK((y * 2).requires_grad());
+  (y * 2).sum().backward();  // d/dx 2x^2 = 4x
+  CHECK(x.grad()->to_vector<float>() == std::vector<float>{4, 8, 12});
+  // A chain of realized values, a view of one, and one realized value used twice.
+  x.set_grad(std::nullopt);
+  Tensor a = (x + 1).realize();              // x + 1
+  Tensor b = (a * a).realize();              // (x + 1)^2
+  Tensor c = b.reshape({3, 1}).expand({3, 2}).sum({1}) + a;  // 2 (x + 1)^2 + (x + 1)
+  c.sum().backward();                        // 4 (x + 1) + 1
+  CHECK(x.grad()->to_vector<float>() == std::vector<float>{9, 13, 17});
+  // gradients() with respect to a realized intermediate stops there: d(3b)/db = 3.
+  std::vector<Tensor> g = gradients((b * 3).sum(), {b});
+  CHECK(g[0].to_vector<float>() == std::vector<float>{3, 3, 3});
+  // Second order through a realized value: d/dx of d/dx x^3 = 6x.
+  Tensor cube = (x * x).realize() * x;
+  Tensor first = gradients(cube.sum(), {x})[0];
+  CHECK(gradients(first.sum(), {x})[0].to_vector<float>() == std::vector<float>{6, 12, 18});
+  // A realized value computed under no_grad or from detach() carries no gradient.
+  Tensor d = x.detach() * 2;
+  d.realize();
+  CHECK_FALSE((d * 2).requires_grad());
+  CHECK_THROWS_WITH((d * 2).sum().backward(), Catch::Contains("does not depend"));
+}
+
 TEST_CASE("autograd: detach, no_grad and assign stop gradients", "[autograd]") {
   Tensor w = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
   Tensor y = (w * w.detach()).sum();  // d/dw = w (the detached factor is a constant)

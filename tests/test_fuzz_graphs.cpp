@@ -37,7 +37,7 @@ class GraphGen {
 
   Shape random_shape() {
     Shape s(static_cast<size_t>(pick(1, 3)));
-    for (int64_t& d : s) d = pick(1, 5);
+    for (int64_t& d : s) d = pick(0, 9) == 0 ? 0 : pick(1, 5);  // sometimes empty: size-0 axes go everywhere too
     return s;
   }
 
@@ -61,7 +61,8 @@ class GraphGen {
       case 4: {  // reduce
         int64_t axis = pick(-nd, nd - 1);
         bool keep = pick(0, 1);
-        if (pick(0, 1)) return {x.t.sum({axis}, keep), R::sum(x.r, {axis}, keep)};
+        bool empty = s[static_cast<size_t>(axis < 0 ? axis + nd : axis)] == 0;  // max of nothing is an error
+        if (empty || pick(0, 1)) return {x.t.sum({axis}, keep), R::sum(x.r, {axis}, keep)};
         return {x.t.max({axis}, keep), R::max(x.r, {axis}, keep)};
       }
       case 5: {  // permute
@@ -82,8 +83,8 @@ class GraphGen {
       case 8: {  // shrink
         std::vector<std::pair<int64_t, int64_t>> b;
         for (int64_t d : s) {
-          int64_t lo = pick(0, d - 1);
-          b.push_back({lo, pick(lo + 1, d)});
+          int64_t lo = d == 0 ? 0 : pick(0, d - 1);
+          b.push_back({lo, d == 0 || pick(0, 9) == 0 ? lo : pick(lo + 1, d)});  // sometimes an empty range
         }
         return {x.t.shrink(b), R::shrink(x.r, b)};
       }

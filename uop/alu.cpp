@@ -1,6 +1,7 @@
 #include "uop/alu.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "uop/error.h"
@@ -122,6 +123,18 @@ std::optional<ConstValue> exec_alu(Op op, DType out, std::span<const ConstValue>
   // Wrap to the result's width: through int64 for signed results, uint64 for unsigned ones.
   if (is_unsigned(out)) return cast_const(*r, out);
   return cast_const(static_cast<int64_t>(*r), out);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+ConstValue reduce_identity(Op op, DType dtype) {
+  if (op == Op::ADD) return cast_const(int64_t{0}, dtype);
+  if (op == Op::MUL) return cast_const(int64_t{1}, dtype);
+  if (is_float(dtype)) return op == Op::MAX ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  KILN_ASSERT(op == Op::MAX || op == Op::MIN, "reduce ops are ADD, MUL, MAX and MIN, not ", op_name(op));
+  return op == Op::MAX ? lowest(dtype) : highest(dtype);
 }
 
 }  // namespace kiln

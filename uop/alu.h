@@ -18,4 +18,8 @@ namespace kiln {
 // `out` is the result dtype; `in` is the operands' dtype (for WHERE, that of the two values).
 std::optional<ConstValue> exec_alu(Op op, DType out, std::span<const ConstValue> src, DType in);
 
+// The identity element of a reduce op for dtype (0 for ADD, 1 for MUL, the lowest value for MAX...):
+// what a reduction over no elements gives.
+ConstValue reduce_identity(Op op, DType dtype);
+
 }  // namespace kiln
