@@ -1,13 +1,14 @@
 # A thin wrapper over CMake. `make` builds, `make test` builds and runs every test, `make demo` runs
 # the demo, `make deps` installs missing Debian packages, `make asan` runs the tests under
-# ASan+UBSan. See README.md.
+# ASan+UBSan, `make tsan` the threaded ones under TSan. See README.md.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 GENERATOR := $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
 CTEST_FLAGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: all build deps test asan demo clean
+.PHONY: all build deps test asan tsan demo clean
 
 all: build
 
@@ -36,5 +37,12 @@ asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
 
+# The thread pool, interning, realize and search tests under ThreadSanitizer, in their own directory
+# (any report fails the run). Only the test binary is built.
+tsan: deps
+	@test -f $(TSAN_BUILD)/CMakeCache.txt || cmake -S . -B $(TSAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target kiln_tests
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" $(TSAN_BUILD)/tests/kiln_tests "[thread_pool],[uop],[realize],[search]"
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -4,6 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <list>
+#include <mutex>
+#include <thread>
 #include <set>
 #include <unordered_set>
 
@@ -25,6 +30,83 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 constexpr size_t kMaxFailuresKept = 8;
 
+// Watches a search for a stall: the candidates being built, timed or checked, and when the last of them
+// finished. After limit_s with none finished, it calls on_stall once, from its own thread.
+class Watchdog {
+ public:
+  Watchdog(double limit_s, std::string kernel, std::function<void(const std::string&)> on_stall)
+      : limit_s_(limit_s), kernel_(std::move(kernel)), on_stall_(std::move(on_stall)) {
+    if (limit_s_ > 0) thread_ = std::thread([this] { watch(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // `what` ("timing [opts]") is in flight while the returned guard lives.
+  class Guard {
+   public:
+    Guard(Watchdog& w, std::list<std::string>::iterator it) : w_(w), it_(it) {}
+    ~Guard() { w_.finished(it_); }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+
+   private:
+    Watchdog& w_;
+    std::list<std::string>::iterator it_;
+  };
+  Guard watch(std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_.empty()) last_ = Clock::now();  // idle time between candidates is not a stall
+    return Guard(*this, in_flight_.insert(in_flight_.end(), std::move(what)));
+  }
+
+ private:
+  void finished(std::list<std::string>::iterator it) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase(it);
+    last_ = Clock::now();
+  }
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto period = std::chrono::duration<double>(std::min(1.0, limit_s_ / 4));
+    while (!stopping_) {
+      wake_.wait_for(lock, period);
+      double idle = std::chrono::duration<double>(Clock::now() - last_).count();
+      if (stopping_ || idle < limit_s_ || in_flight_.empty()) continue;
+      std::string what;
+      for (const std::string& w : in_flight_) what += (what.empty() ? "" : "; ") + w;
+      std::string message = cat("search of kernel ", kernel_.empty() ? "(unnamed)" : kernel_, " stalled: nothing finished in ",
+                                idle, " s (SearchOptions::stall_limit_s is ", limit_s_, "); in flight: ", what,
+                                ". This is a bug in kiln, the compiler or the device: please report this message");
+      lock.unlock();
+      if (!on_stall_) {
+        std::fprintf(stderr, "kiln: %s\n", message.c_str());
+        std::abort();
+      }
+      on_stall_(message);
+      return;  // once
+    }
+  }
+
+  const double limit_s_;
+  const std::string kernel_;
+  const std::function<void(const std::string&)> on_stall_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::list<std::string> in_flight_;
+  Clock::time_point last_ = Clock::now();
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 struct Timed {
   std::vector<Opt> opts;
   Built built;
@@ -41,7 +123,8 @@ bool faster(const Timed& a, const Timed& b) {
 
 class Engine {
  public:
-  Engine(const SearchHooks& hooks, const SearchOptions& options) : hooks_(hooks), options_(options) {}
+  Engine(const SearchHooks& hooks, const SearchOptions& options)
+      : hooks_(hooks), options_(options), watchdog_(options.stall_limit_s, hooks.kernel, hooks.on_stall) {}
 
   SearchResult run() {
     if (options_.beam < 1 || options_.timing_runs < 1 || options_.max_rounds < 0)
@@ -125,6 +208,7 @@ class Engine {
       for (int64_t i = lo; i < hi; ++i) {
         auto start = Clock::now();
         try {
+          Watchdog::Guard watched = watchdog_.watch(cat("building [", to_string(candidates[size_t(i)]), "]"));
           BuildResult r = hooks_.build(candidates[size_t(i)]);
           if (!r.built) {
             rejected[size_t(i)] = 1;
@@ -176,6 +260,7 @@ class Engine {
   std::optional<double> time(const Built& built, const std::vector<Opt>& opts) {
     auto start = Clock::now();
     double best = 0;
+    Watchdog::Guard watched = watchdog_.watch(cat("timing [", to_string(opts), "]"));
     try {
       for (int run = 0; run < options_.timing_runs; ++run) {
         double seconds = hooks_.time(built);
@@ -214,7 +299,11 @@ class Engine {
       if (options_.check) {
         if (checks++ == options_.max_checks) break;
         auto start = Clock::now();
-        std::optional<std::string> mismatch = hooks_.check(t.built);
+        std::optional<std::string> mismatch;
+        {
+          Watchdog::Guard watched = watchdog_.watch(cat("checking [", to_string(t.opts), "]"));
+          mismatch = hooks_.check(t.built);
+        }
         result_.check_s += seconds_since(start);
         if (mismatch) {
           ++result_.mismatched;
@@ -259,6 +348,7 @@ class Engine {
   double best_ = 0;                      // fastest time so far (0: none yet)
   std::set<std::string> tried_;          // opt lists already built, as text
   std::unordered_set<uint64_t> seen_sources_;
+  Watchdog watchdog_;  // last: its thread stops before the rest goes
 };
 
 }  // namespace

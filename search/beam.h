@@ -53,6 +53,9 @@ struct SearchOptions {
   double min_default_s = 50e-6;   // a kernel whose default launch is faster keeps the default opts: search
                                   // could save less than this per launch, for seconds of compiling
   bool check = true;              // compare the winner's output with the default's (off only in tests)
+  // No candidate finished building or timing for this long: the search is stalled (a hang in a compiler,
+  // a kernel or kiln), and SearchHooks::on_stall reports what was in flight. 0: never.
+  double stall_limit_s = 300;
 
   // What changes the answer, as text for the tuning-cache key ("beam=4 ...").
   std::string params() const;
@@ -94,6 +97,11 @@ struct SearchHooks {
   // nullopt when the candidate's output matches the plain kernel's on the same inputs, else what differs.
   std::function<std::optional<std::string>(const Built& candidate)> check;
   std::function<void(const SearchProgress&)> progress;  // optional: after each candidate is timed
+  std::string kernel;  // the kernel's name, for messages
+  // Called once, from a watchdog thread, when the search stalls (SearchOptions::stall_limit_s), with a
+  // message naming the kernel and the candidates in flight. Unset: the message goes to stderr and the
+  // process aborts, since a stuck thread cannot be made to return (and a core dump shows where it is).
+  std::function<void(const std::string& message)> on_stall;
 };
 
 struct SearchResult {

@@ -118,6 +118,7 @@ class DeviceSearch {
     hooks.time = [&](const Built& b) { return time(compiled(b), shrink_); };
     hooks.check = [&](const Built& candidate) { return check(compiled(candidate)); };
     hooks.progress = progress;
+    hooks.kernel = detail::kernel_name(ast_);
     choose_shrink(hooks.default_opts);
     SearchResult r = beam_search(hooks, options_);
     r.lower_cpu_s = lower_ns_.load() * 1e-9;

@@ -3,7 +3,10 @@
 // which candidates are wrong. Then one real search on the CPU.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <thread>
 #include <map>
 #include <mutex>
 #include <set>
@@ -255,6 +258,51 @@ TEST_CASE("search: bad options are errors, not hangs", "[search]") {
   o = options();
   o.timing_runs = 0;
   CHECK_THROWS_WITH(beam_search(w.hooks(), o), Catch::Contains("runs"));
+}
+
+
+// A candidate that never finishes (a hung compiler, kernel or lock) must not hang the search silently:
+// the watchdog names the kernel and what was in flight. Here the stuck launch waits for the watchdog.
+TEST_CASE("search: a stalled candidate is reported by the watchdog with the kernel and the candidate", "[search]") {
+  FakeWorld w;
+  w.times = {{"", 8.0}, {"UPCAST(0,2)", 5.0}};
+  SearchHooks h = w.hooks();
+  h.kernel = "r_24_16_40";
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string message;
+  h.on_stall = [&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    message = m;
+    cv.notify_all();
+  };
+  auto plain_time = h.time;
+  h.time = [&](const Built& b) {
+    if (*static_cast<std::string*>(b.artifact.get()) != "UPCAST(0,4)") return plain_time(b);
+    std::unique_lock<std::mutex> lock(mu);  // stuck until the watchdog speaks (or 30 s: then the test fails)
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return !message.empty(); });
+    throw Error("stuck launch released");
+  };
+  SearchOptions o = options();
+  o.stall_limit_s = 0.2;
+  SearchResult r = beam_search(h, o);
+  INFO(message);
+  CHECK(message.find("r_24_16_40") != std::string::npos);
+  CHECK(message.find("timing [UPCAST(0,4)]") != std::string::npos);
+  CHECK(message.find("stalled") != std::string::npos);
+  CHECK(to_string(r.opts) == "UPCAST(0,2)");  // the search went on once the launch returned
+  // A search that keeps finishing candidates is never reported, however long it runs in all.
+  std::string quiet;
+  SearchHooks h2 = w.hooks();
+  h2.on_stall = [&](const std::string& m) { quiet = m; };
+  h2.time = [&](const Built& b) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return plain_time(b);
+  };
+  SearchOptions o2 = options();
+  o2.stall_limit_s = 0.15;
+  beam_search(h2, o2);
+  CHECK(quiet.empty());
 }
 
 TEST_CASE("search: kernel_flops counts a matmul's multiply-adds", "[search]") {
