@@ -66,6 +66,11 @@ namespace {
 // Elementwise nodes used by several consumers are recomputed in each (memory-bound kernels pay
 // nothing for a few more ALU ops) unless recomputing would cost more than this many ALU ops per element.
 constexpr int kMaxRecomputeOps = 32;
+// An elementwise node read through an EXPAND inside a reduction is used by many of the reduction's
+// steps (a conv's weight gradient reads each value of the output gradient once per input channel and
+// tap, a matmul's once per column): fused, it is recomputed for every use, so it is stored when it
+// costs more than this many ALU ops. A ReLU or its gradient mask (four: le is lt or eq) stays fused.
+constexpr int kMaxBroadcastOps = 6;
 
 class Scheduler {
  public:
@@ -111,6 +116,8 @@ class Scheduler {
   //    the whole reduction per element), read inside another reduction, or read by several consumers,
   //    directly or through a node that several consumers share (`shared`: that node is recomputed in
   //    each of them, and the reduction with it);
+  //  - an elementwise node read through an EXPAND inside a reduction is stored when it costs more
+  //    than kMaxBroadcastOps ALU ops (each of its values is used many times there);
   //  - an elementwise node with consumers outside the region is stored only when recomputing it
   //    costs more than kMaxRecomputeOps ALU ops per element. Consumers inside the region cost
   //    nothing: a kernel is a DAG and computes a shared node once.
@@ -118,6 +125,7 @@ class Scheduler {
     if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return true;
     int users = users_[u.get()];
     if (u->op == Op::REDUCE_AXIS) return expanded || in_reduce || shared || users > 1;
+    if (expanded && in_reduce && is_alu(u->op) && alu_cost(u) > kMaxBroadcastOps) return true;
     auto inside = region_users_.find(u.get());
     int outside = users - (inside == region_users_.end() ? 0 : inside->second);
     return outside > 0 && users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps;
