@@ -180,10 +180,67 @@ Tensor Tensor::sign() const {
 }
 
 Tensor Tensor::rsqrt() const { return in_float([](const Tensor& x) { return x.sqrt().reciprocal(); }); }
-Tensor Tensor::cos() const {
-  return in_float([](const Tensor& x) { return (x.cast(to_floating(x.dtype())) * -1.0 + std::numbers::pi / 2).sin(); });
+
+namespace {
+// cos and tan from sin at x and 2x: doubling is exact and sin reduces its own argument, so they keep
+// sin's accuracy (plus a division and a rounding or two) over the whole range, next to the zeros of
+// cos included. (sin(pi/2 - x) rounds pi/2 - x first: cos(12345) was off in the third digit, and
+// tan(1.5707964f) was inf.) Where 2x would overflow (|x| >= 2^emax: 1.7e38 in float32), the
+// double-angle form 1 - 2 sin^2(x/2) is used: absolute error a few eps, not relative.
+struct Sines {
+  Tensor s, s2, zero, huge;  // sin x, sin 2x (sin(x/2) for huge x), x == 0, |x| >= 2^emax
+};
+Sines sines(const Tensor& x) {
+  double huge_from = x.dtype().scalar == ScalarType::Float64 ? std::ldexp(1.0, 1023) : std::ldexp(1.0, 127);
+  Tensor huge = x.abs().ge(x.full_like(huge_from));
+  Tensor s = x.sin();
+  // One more sine: of 2x, or of x/2 where 2x would overflow.
+  Tensor s2 = (x * huge.where(x.full_like(0.5), x.full_like(2.0))).sin();
+  return {s, s2, s.eq(x.zeros_like()), huge};
 }
-Tensor Tensor::tan() const { return in_float([](const Tensor& x) { return x.sin() / x.cos(); }); }
+// The gradient of `out` (made from x) with respect to x is g * local(x, out): cos and tan have closed
+// forms that are better conditioned than the quotient rule through sines().
+void set_elementwise_gradient(const Tensor& out, const Tensor& x, std::function<Tensor(const Tensor&, const Tensor&)> local) {
+  if (!grad_enabled() || !is_float(x.dtype())) return;  // gradients() may ask for any tensor, leaf or not
+  std::weak_ptr<const UOp> x_node = x.uop(), out_node = out.uop();
+  Shape shape = x.shape();
+  detail::set_custom_gradient(out, {x}, [=](const Tensor& g, const std::vector<bool>&) {
+    UOpPtr xu = x_node.lock(), ou = out_node.lock();
+    if (!xu || !ou) throw InternalError("an elementwise custom gradient outlived its graph");
+    Tensor xt(xu, shape), ot(ou, shape);
+    return std::vector<std::optional<Tensor>>{g * local(xt, ot).cast(g.dtype())};
+  });
+}
+}  // namespace
+
+Tensor Tensor::cos() const {
+  Tensor out = in_float([](const Tensor& t) {
+    Tensor x = t.cast(to_floating(t.dtype()));
+    Sines v = sines(x);
+    Tensor one = x.ones_like();
+    // At x = +-0 sin x is 0 and cos is 1; elsewhere sin x != 0 in floating point.
+    Tensor ratio = v.s2 / (v.zero.where(one, v.s) * 2.0);
+    Tensor doubled = one - v.s2 * v.s2 * 2.0;
+    return v.zero.where(one, v.huge.where(doubled, ratio));
+  });
+  set_elementwise_gradient(out, *this, [](const Tensor& x, const Tensor&) { return -x.cast(to_floating(x.dtype())).sin(); });
+  return out;
+}
+
+Tensor Tensor::tan() const {
+  Tensor out = in_float([](const Tensor& t) {
+    Tensor x = t.cast(to_floating(t.dtype()));
+    Sines v = sines(x);
+    // tan x = 2 sin^2 x / sin 2x, as 2 sin x (sin x / sin 2x) so that sin^2 cannot underflow for tiny
+    // x; +-0 stays +-0 (sin 2x is 0 only there).
+    Tensor ratio = v.s * 2.0 * (v.s / v.zero.where(x.ones_like(), v.s2));
+    Tensor huge = v.s / (x.ones_like() - v.s2 * v.s2 * 2.0);
+    return v.zero.where(x, v.huge.where(huge, ratio));
+  });
+  // d tan = 1 + tan^2, as torch computes it from the result.
+  set_elementwise_gradient(out, *this, [](const Tensor&, const Tensor& t) { return t * t + 1.0; });
+  return out;
+}
 Tensor Tensor::tanh() const {
   return in_float([](const Tensor& t) {
     // (1 - e^-2|x|) / (1 + e^-2|x|) with the sign of x; below |x| = 0.02 that cancels, so use the

@@ -3,6 +3,7 @@
 // Runs on the default device; CTest runs it again on REF ("conformance on REF").
 #include <cmath>
 #include <functional>
+#include <numbers>
 #include <random>
 
 #include "frontend/tensor.h"
@@ -323,6 +324,35 @@ TEST_CASE("autograd: second-order gradients", "[autograd]") {
       return penalty(Tensor::from_vector<double>(v, {2})).item<double>();
     };
     CHECK(got[i] == Approx((at(1e-6) - at(-1e-6)) / 2e-6).epsilon(1e-6));
+  }
+}
+
+// d/dx sum(f(x)) at each x in float32, against closed forms.
+void check_float32_grad(const char* name, const std::function<Tensor(const Tensor&)>& f, const std::vector<float>& x,
+                        const std::function<double(double)>& want) {
+  Tensor t = Tensor::from_vector(x, {int64_t(x.size())});
+  std::vector<float> got = gradients(f(t).sum(), {t})[0].to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO(name << "'(" << x[i] << ") = " << got[i] << ", want " << want(x[i]));
+    CHECK(std::isfinite(got[i]));
+    CHECK(got[i] == Approx(want(x[i])).epsilon(1e-5).margin(1e-30));
+  }
+}
+
+TEST_CASE("autograd: cos and tan have their closed-form gradients, next to pi/2 and in second order", "[autograd]") {
+  check_float32_grad("cos", [](const Tensor& x) { return x.cos(); }, {0, -0.0f, 1.5707964f, 3.1415927f, 2999.5f, -12345},
+                     [](double v) { return -std::sin(v); });
+  check_float32_grad("tan", [](const Tensor& x) { return x.tan(); }, {0, 1.5707964f, -1.5707963f, 0.7f, 1000},
+                     [](double v) { return 1 + std::tan(v) * std::tan(v); });
+  // d2/dx2 cos = -cos, d2/dx2 tan = 2 tan (1 + tan^2).
+  std::vector<double> xv = {0.3, -1.2, 2.0};
+  Tensor x = Tensor::from_vector<double>(xv, {3});
+  Tensor dc = gradients(x.cos().sum(), {x})[0], dt = gradients(x.tan().sum(), {x})[0];
+  std::vector<double> dcc = gradients(dc.sum(), {x})[0].to_vector<double>(), dtt = gradients(dt.sum(), {x})[0].to_vector<double>();
+  for (size_t i = 0; i < 3; ++i) {
+    double t = std::tan(xv[i]);
+    CHECK(dcc[i] == Approx(-std::cos(xv[i])).epsilon(1e-12));
+    CHECK(dtt[i] == Approx(2 * t * (1 + t * t)).epsilon(1e-12));
   }
 }
 
