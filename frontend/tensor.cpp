@@ -258,7 +258,16 @@ Tensor Tensor::relu() const {
   Tensor zero = constant(0.0, dtype(), shape(), device_uop());
   return le(zero).where(zero, *this);
 }
-Tensor Tensor::sigmoid() const { return in_float([](const Tensor& x) { return ((-x).exp() + 1.0).reciprocal(); }); }
+// From e = exp(-|x|) <= 1, never exp(-x): for x < -88 (float32) that overflows, and though 1 / (1 + inf) is
+// the right 0, its gradient through exp is 0 * inf = NaN.
+Tensor Tensor::sigmoid() const {
+  return in_float([](const Tensor& x) {
+    // -|x| by selection, not abs(): abs's gradient at 0 is 0, and sigmoid's is 1/4 there.
+    Tensor negative = x.lt(x.zeros_like());
+    Tensor e = negative.where(x, -x).exp(), p = (e + 1.0).reciprocal();
+    return negative.where(e * p, p);
+  });
+}
 
 // --- reductions --------------------------------------------------------------------------------
 

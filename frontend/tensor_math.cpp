@@ -250,9 +250,12 @@ Tensor Tensor::tanh() const {
     Tensor ax = x.abs(), e = (ax * -2.0).exp();
     Tensor big = (-e + 1.0) / (e + 1.0);
     big = x.lt(x.zeros_like()).where(-big, big);
-    Tensor x2 = x * x;
-    Tensor small = x * (x2 * (x2 * (x2 * (x2 * (62.0 / 2835.0) - 17.0 / 315.0) + 2.0 / 15.0) - 1.0 / 3.0) + 1.0);
-    return ax.lt(x.full_like(0.02)).where(small, big);
+    // The series sees 0 where it is not taken: at |x| > 1e4 its x^9 overflows, and the zero gradient
+    // where passes to the branch it does not take would meet that inf (0 * inf is NaN).
+    Tensor use_series = ax.lt(x.full_like(0.02));
+    Tensor xs = use_series.where(x, x.zeros_like()), x2 = xs * xs;
+    Tensor small = xs * (x2 * (x2 * (x2 * (x2 * (62.0 / 2835.0) - 17.0 / 315.0) + 2.0 / 15.0) - 1.0 / 3.0) + 1.0);
+    return use_series.where(small, big);
   });
 }
 Tensor Tensor::leaky_relu(double slope) const { return zeros_like().lt(*this).where(*this, *this * slope); }
@@ -264,7 +267,12 @@ Tensor Tensor::gelu() const {
 Tensor Tensor::softplus(double beta, double threshold) const {
   return in_float([&](const Tensor& x) {
     Tensor bx = x * beta;
-    return x.full_like(threshold).lt(bx).where(x, (bx.exp() + 1.0).log() * (1.0 / beta));
+    // Past the threshold softplus is x. The log branch sees the threshold there rather than bx: the
+    // zero gradient where gives the branch it does not take would otherwise meet exp's overflow
+    // (0 * inf is NaN from b*x ~ 89 on in float32: BCE-with-logits' gradient at large logits).
+    Tensor linear = x.full_like(threshold).lt(bx);
+    Tensor e = linear.where(x.full_like(threshold), bx).exp();
+    return linear.where(x, (e + 1.0).log() * (1.0 / beta));
   });
 }
 
@@ -287,13 +295,17 @@ Tensor Tensor::erf() const {
   Tensor fit = x.lt(x.zeros_like()).where(-r, r);
   // Near 0, 1 - erfc loses the relative accuracy (erf(1e-4) would be off in the 4th digit): there the
   // Maclaurin series 2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)), 12 terms (below 1e-16 for |x| < 0.5).
-  Tensor x2 = x * x, term = x, series = x;
+  // The series sees 0 where it is not taken: its x^23 overflows from |x| ~ 50 on, and the gradient where
+  // passes to the branch it does not take (0) would meet that inf (0 * inf is NaN).
+  Tensor use_series = z.lt(z.full_like(0.5));
+  Tensor xs = use_series.where(x, x.zeros_like());
+  Tensor x2 = xs * xs, term = xs, series = xs;
   for (int n = 1; n < 12; ++n) {
     term = term * x2 * (-1.0 / n);
     series = series + term * (1.0 / (2 * n + 1));
   }
   series = series * (2.0 / std::sqrt(std::numbers::pi));
-  return z.lt(z.full_like(0.5)).where(series, fit);
+  return use_series.where(series, fit);
 }
 
 Tensor Tensor::trunc() const { return is_float(dtype()) ? unary(Op::TRUNC) : *this; }

@@ -6,6 +6,7 @@
 #include <numbers>
 #include <random>
 
+#include "frontend/nn.h"
 #include "frontend/tensor.h"
 #include "helpers.h"
 
@@ -336,6 +337,38 @@ void check_float32_grad(const char* name, const std::function<Tensor(const Tenso
     INFO(name << "'(" << x[i] << ") = " << got[i] << ", want " << want(x[i]));
     CHECK(std::isfinite(got[i]));
     CHECK(got[i] == Approx(want(x[i])).epsilon(1e-5).margin(1e-30));
+  }
+}
+
+TEST_CASE("autograd: no NaN from the branch where does not take, where that branch overflows", "[autograd]") {
+  // where passes a zero gradient to the branch it does not take; a branch that overflows there (exp of
+  // a large argument, a series' high power) turned that 0 into 0 * inf = NaN.
+  auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  check_float32_grad("softplus", [](const Tensor& x) { return x.softplus(); }, {100, 1000, 3e38f, 19, -100, 0},
+                     [&](double v) { return v > 20 ? 1.0 : sig(v); });
+  check_float32_grad("softplus(2, 5)", [](const Tensor& x) { return x.softplus(2.0, 5.0); }, {50, 2000, 2, -60},
+                     [&](double v) { return 2 * v > 5 ? 1.0 : sig(2 * v); });
+  check_float32_grad("sigmoid", [](const Tensor& x) { return x.sigmoid(); }, {-100, -1000, 100, 0, -3},
+                     [&](double v) { return sig(v) * (1 - sig(v)); });
+  check_float32_grad("silu", [](const Tensor& x) { return x.silu(); }, {-200, -1000, 100, 0},
+                     [&](double v) { return sig(v) * (1 + v * (1 - sig(v))); });
+  check_float32_grad("tanh", [](const Tensor& x) { return x.tanh(); }, {1e5f, -1e5f, 3e38f, 0.01f, 0},
+                     [](double v) { return 1 - std::tanh(v) * std::tanh(v); });
+  check_float32_grad("erf", [](const Tensor& x) { return x.erf(); }, {60, -60, 1e20f, 0.3f, 0},
+                     [](double v) { return 2 / std::sqrt(std::numbers::pi) * std::exp(-v * v); });
+  check_float32_grad("gelu", [](const Tensor& x) { return x.gelu(); }, {100, -100, 1e6f},
+                     [](double v) { return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-v * v / 2) / std::sqrt(2 * std::numbers::pi); });
+}
+
+TEST_CASE("autograd: binary_cross_entropy_with_logits has a finite gradient at large logits", "[autograd][nn]") {
+  // Its gradient is (sigmoid(x) - y) / n; it was NaN for |x| >= ~94 in float32 (through softplus).
+  std::vector<float> x = {100, -100, 1e4f, -1e4f, 95, -95}, y = {0, 1, 1, 0, 1, 1};
+  Tensor logits = Tensor::from_vector(x, {6}), target = Tensor::from_vector(y, {6});
+  std::vector<float> got = gradients(nn::binary_cross_entropy_with_logits(logits, target), {logits})[0].to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want = (1.0 / (1.0 + std::exp(-double(x[i]))) - y[i]) / 6.0;
+    INFO("logit " << x[i] << ", target " << y[i] << ": " << got[i] << ", want " << want);
+    CHECK(got[i] == Approx(want).margin(1e-7));
   }
 }
 
