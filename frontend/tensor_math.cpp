@@ -308,6 +308,12 @@ Tensor Tensor::erf() const {
   return use_series.where(series, fit);
 }
 
+Tensor detail::signed_zero(const Tensor& x) {
+  DType bits = x.dtype().itemsize() == 2 ? dtypes::int16 : x.dtype().itemsize() == 4 ? dtypes::int32 : dtypes::int64;
+  Tensor negative = x.bitcast(bits).lt(Tensor::zeros({}, bits, x.device()));
+  return negative.where(x.full_like(-0.0), x.zeros_like());
+}
+
 Tensor Tensor::trunc() const { return is_float(dtype()) ? unary(Op::TRUNC) : *this; }
 
 Tensor Tensor::floor() const {
@@ -329,9 +335,12 @@ Tensor Tensor::round() const {
   Tensor tie = (f - *this).eq(full_like(0.5));
   Tensor odd = (f * 0.5).floor().ne(f * 0.5);
   Tensor r = tie.logical_and(odd).where(f - 1.0, f);
-  // From 2^(mantissa bits) on every value is an integer, and x + 0.5 would round: keep x.
+  // A zero result keeps x's sign, as torch.round does (-0.5, -0.4 and -0.0 round to -0).
+  r = r.eq(zeros_like()).where(detail::signed_zero(*this), r);
+  // From 2^(mantissa bits) on every value is an integer, and x + 0.5 would round: keep x (as trunc(x),
+  // which is x there, so that the gradient is 0 everywhere, as in torch).
   double integral_from = dtype().scalar == ScalarType::Float64 ? 4503599627370496.0 : 8388608.0;
-  return abs().lt(full_like(integral_from)).where(r, *this);
+  return abs().lt(full_like(integral_from)).where(r, trunc());
 }
 
 Tensor Tensor::clamp(double lo, double hi) const {

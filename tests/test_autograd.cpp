@@ -389,6 +389,13 @@ TEST_CASE("autograd: cos and tan have their closed-form gradients, next to pi/2 
   }
 }
 
+TEST_CASE("autograd: round, floor, ceil and trunc have zero gradient everywhere, as in PyTorch", "[autograd]") {
+  for (auto f : {+[](const Tensor& x) { return x.round(); }, +[](const Tensor& x) { return x.floor(); },
+                 +[](const Tensor& x) { return x.ceil(); }, +[](const Tensor& x) { return x.trunc(); }}) {
+    check_float32_grad("rounding", f, {0.3f, -2.5f, 1e9f, -1e9f, 0}, [](double) { return 0.0; });
+  }
+}
+
 TEST_CASE("autograd: bad use is an error that says what to do", "[autograd]") {
   Tensor w = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
   Tensor v = w * 2.0f;

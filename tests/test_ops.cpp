@@ -256,6 +256,17 @@ TEST_CASE("cos and tan in float64 keep their accuracy next to pi/2", "[ops]") {
   }
 }
 
+TEST_CASE("round keeps the sign of a zero result, as torch.round does", "[ops]") {
+  std::vector<float> x = {-0.0f, -0.4f, -0.5f, -0.49999997f, 0.0f, 0.4f, 0.5f, -1.5f, -2.5f, 2.5f, -1e-30f, -8388609.0f};
+  std::vector<float> got = Tensor::from_vector(x, {int64_t(x.size())}).round().to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    float want = std::nearbyint(x[i]);  // round to nearest even, sign kept
+    INFO("round(" << x[i] << ") = " << got[i] << ", want " << want);
+    CHECK(got[i] == want);
+    CHECK(std::signbit(got[i]) == std::signbit(want));
+  }
+}
+
 TEST_CASE("binary ops broadcast and promote like PyTorch", "[ops]") {
   struct Case {
     const char* name;
