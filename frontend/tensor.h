@@ -90,6 +90,7 @@ class Tensor {
   Tensor tanh() const;
   Tensor leaky_relu(double slope = 0.01) const;
   Tensor gelu() const;        // exact (erf) form
+  Tensor gelu(const std::string& approximate) const;  // "none" (erf) or "tanh"
   Tensor silu() const;
   Tensor softplus(double beta = 1.0, double threshold = 20.0) const;
   Tensor erf() const;
@@ -110,6 +111,16 @@ class Tensor {
   Tensor bitwise_not() const;
   Tensor shl(int64_t bits) const;
   Tensor shr(int64_t bits) const;
+  // By a tensor of amounts (broadcast); amounts outside 0..width-1 give 0 (shr of a negative: -1).
+  Tensor shl(const Tensor& bits) const;
+  Tensor shr(const Tensor& bits) const;
+  // Division with PyTorch's rounding (frontend/tensor_division.cpp). Integer division by zero is an
+  // error (checked on the host: these wait for the divisor).
+  Tensor add(const Tensor& other, double alpha = 1.0) const;              // this + alpha * other
+  Tensor div(const Tensor& other, const std::string& rounding_mode) const;  // "trunc", "floor", or "" (true division)
+  Tensor floor_divide(const Tensor& other) const;  // div(other, "floor")
+  Tensor remainder(const Tensor& other) const;     // Python's %: the sign of other
+  Tensor fmod(const Tensor& other) const;          // C's fmod: the sign of this
 
   // --- reductions ------------------------------------------------------------------------------
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;   // {} = all axes
@@ -133,7 +144,7 @@ class Tensor {
   Tensor permute(std::vector<int64_t> order) const;
   Tensor transpose(int64_t a, int64_t b) const;
   Tensor expand(Shape shape) const;
-  Tensor pad(Pairs padding, double value = 0.0) const;   // (before, after) per axis, >= 0
+  Tensor pad(Pairs padding, double value = 0.0) const;   // (before, after) per axis; negative crops
   Tensor shrink(Pairs bounds) const;                      // (begin, end) per axis
   Tensor flip(std::vector<int64_t> axes) const;
   Tensor contiguous() const;
@@ -153,9 +164,9 @@ class Tensor {
   Tensor conv2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
                 std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1) const;
   Tensor max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
-                    std::array<int64_t, 2> padding = {0, 0}) const;
+                    std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, bool ceil_mode = false) const;
   Tensor avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
-                    std::array<int64_t, 2> padding = {0, 0}) const;
+                    std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true) const;
   // (..., H, W) -> (..., OH, OW, KH, KW): the sliding windows, as a view.
   Tensor windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation) const;
   Tensor to(const std::string& device) const;
@@ -221,6 +232,7 @@ class Tensor {
   Operands operands(const Tensor& other, Op op, const char* name) const;
   Tensor binary(Op op, const Tensor& other, const char* name) const;
   Tensor shift(Op op, int64_t bits, const char* name) const;
+  Tensor shift_by(Op op, const Tensor& bits, const char* name) const;
   Tensor bitwise(Op op, const Tensor& other, const char* name) const;  // integer/bool operands only
   Tensor scalar_like(double s) const;
   Tensor reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char* name) const;

@@ -264,6 +264,19 @@ Tensor Tensor::gelu() const {
   return in_float([](const Tensor& x) { return x * 0.5 * ((x * (1.0 / std::numbers::sqrt2)).erf() + 1.0); });
 }
 
+Tensor Tensor::gelu(const std::string& approximate) const {
+  if (approximate == "none") return gelu();
+  if (approximate != "tanh") throw Error(kiln::cat("gelu: approximate \"", approximate, "\" is not \"none\" or \"tanh\""));
+  return in_float([](const Tensor& x) {
+    // x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Past |x| = 10 the tanh is +-1 in float64 already;
+    // it sees +-10 there, so that x^3 cannot overflow (its gradient would be 0 * inf = NaN).
+    Tensor ten = x.full_like(10.0);
+    Tensor xc = x.abs().lt(ten).where(x, x.lt(x.zeros_like()).where(-ten, ten));
+    Tensor inner = (xc + xc * xc * xc * 0.044715) * std::sqrt(2.0 / std::numbers::pi);
+    return x * 0.5 * (inner.tanh() + 1.0);
+  });
+}
+
 Tensor Tensor::softplus(double beta, double threshold) const {
   return in_float([&](const Tensor& x) {
     Tensor bx = x * beta;
