@@ -475,4 +475,85 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduct
   return reduce(loss, r);
 }
 
+// --- functional --------------------------------------------------------------------------------
+
+Tensor unfold(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> dilation, std::array<int64_t, 2> padding,
+              std::array<int64_t, 2> stride) {
+  check_rank(x, 4, "unfold", "(N, C, H, W)");
+  for (int i = 0; i < 2; ++i)
+    if (padding[i] < 0) throw Error(kiln::cat("unfold: padding must be >= 0, got ", padding[i]));
+  int64_t n = x.shape()[0], c = x.shape()[1];
+  Tensor win = x.pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}}).windows(kernel, stride, dilation);
+  int64_t l = win.shape()[2] * win.shape()[3];
+  // (N, C, OH, OW, KH, KW) -> (N, C, KH, KW, OH, OW): channel-major columns, windows in row order.
+  return win.permute({0, 1, 4, 5, 2, 3}).reshape({n, c * kernel[0] * kernel[1], l});
+}
+
+namespace {
+// The source positions of output positions 0..out-1 along an axis of `in`, as torch computes them in
+// float (area_pixel_compute_source_index): nearest takes floor(i * in/out); linear the two neighbours
+// and the weight of the second.
+std::vector<int64_t> nearest_sources(int64_t in, int64_t out) {
+  std::vector<int64_t> src;
+  float scale = static_cast<float>(in) / static_cast<float>(out);
+  for (int64_t i = 0; i < out; ++i) src.push_back(std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<float>(i) * scale)), in - 1));
+  return src;
+}
+// In T: float for float32 and narrower inputs, double for float64, as torch computes them.
+template <typename T>
+struct Linear1d {
+  std::vector<int64_t> lo, hi;
+  std::vector<T> w;
+};
+template <typename T>
+Linear1d<T> linear_sources(int64_t in, int64_t out, bool align_corners) {
+  Linear1d<T> r;
+  T scale = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0)) : static_cast<T>(in) / static_cast<T>(out);
+  for (int64_t i = 0; i < out; ++i) {
+    T s = align_corners ? scale * static_cast<T>(i) : std::max(scale * (static_cast<T>(i) + T(0.5)) - T(0.5), T(0));
+    auto lo = std::min<int64_t>(static_cast<int64_t>(s), in - 1);
+    r.lo.push_back(lo);
+    r.hi.push_back(std::min<int64_t>(lo + 1, in - 1));
+    r.w.push_back(s - static_cast<T>(lo));
+  }
+  return r;
+}
+// One axis of bilinear interpolation: the two neighbours, weighted.
+template <typename T>
+Tensor linear_axis(const Tensor& y, int axis, int64_t in, int64_t out, bool align_corners) {
+  Linear1d<T> l = linear_sources<T>(in, out, align_corners);
+  Shape ws(4, 1);
+  ws[static_cast<size_t>(axis)] = out;
+  Tensor w = Tensor::from_vector(l.w, ws, y.device()).cast(y.dtype());
+  Tensor lo = Tensor::from_vector(l.lo, {out}, y.device()), hi = Tensor::from_vector(l.hi, {out}, y.device());
+  return y.index_select(axis, lo) * (1.0 - w) + y.index_select(axis, hi) * w;
+}
+Tensor index_tensor(const std::vector<int64_t>& v, const std::string& device) {
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, device);
+}
+}  // namespace
+
+Tensor interpolate(const Tensor& x, std::array<int64_t, 2> size, const std::string& mode, bool align_corners) {
+  check_rank(x, 4, "interpolate", "(N, C, H, W)");
+  if (size[0] <= 0 || size[1] <= 0) throw Error(kiln::cat("interpolate: output size must be positive, got (", size[0], ", ", size[1], ")"));
+  if (mode == "nearest") {
+    if (align_corners) throw Error("interpolate: align_corners applies to \"bilinear\" only, not \"nearest\"");
+    Tensor y = x;
+    for (int axis = 2; axis < 4; ++axis)
+      y = y.index_select(axis, index_tensor(nearest_sources(x.shape()[static_cast<size_t>(axis)], size[axis - 2]), x.device()));
+    return y;
+  }
+  if (mode == "bilinear") {
+    if (!is_float(x.dtype())) throw Error(kiln::cat("interpolate: bilinear needs a float input, got ", x.dtype().name()));
+    Tensor y = x;
+    for (int axis = 2; axis < 4; ++axis) {
+      int64_t in = x.shape()[static_cast<size_t>(axis)];
+      y = x.dtype() == dtypes::float64 ? linear_axis<double>(y, axis, in, size[axis - 2], align_corners)
+                                       : linear_axis<float>(y, axis, in, size[axis - 2], align_corners);
+    }
+    return y;
+  }
+  throw Error(kiln::cat("interpolate: mode \"", mode, "\" is not supported; use \"nearest\" or \"bilinear\""));
+}
+
 }  // namespace kiln::nn

@@ -202,4 +202,11 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                                         std::optional<Tensor> weight = std::nullopt, std::optional<Tensor> pos_weight = std::nullopt);
 
+// --- functional -----------------------------------------------------------------------------
+// torch.nn.functional.unfold (im2col): (N, C, H, W) -> (N, C*KH*KW, L), L the number of windows.
+Tensor unfold(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> dilation = {1, 1},
+              std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> stride = {1, 1});
+// torch.nn.functional.interpolate on (N, C, H, W) to `size`: mode "nearest" or "bilinear".
+Tensor interpolate(const Tensor& x, std::array<int64_t, 2> size, const std::string& mode = "nearest", bool align_corners = false);
+
 }  // namespace kiln::nn

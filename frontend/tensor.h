@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "schedule/schedule.h"
@@ -138,6 +139,15 @@ class Tensor {
   Tensor log_softmax(int64_t axis) const;
   Tensor logsumexp(std::vector<int64_t> axes, bool keepdim = false) const;
   Tensor cumsum(int64_t axis) const;
+  Tensor cumprod(int64_t axis) const;
+  Tensor logcumsumexp(int64_t axis) const;
+  // Sorting by comparison counts (frontend/tensor_sort.cpp): O(n^2) work along the axis, so the axis
+  // may have at most kMaxSortLength elements. Ties keep their order (stable); NaN sorts as the largest.
+  // Returns (values, int64 indices).
+  std::pair<Tensor, Tensor> sort(int64_t axis = -1, bool descending = false) const;
+  Tensor argsort(int64_t axis = -1, bool descending = false) const;
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t axis = -1, bool largest = true) const;  // sorted
+  static constexpr int64_t kMaxSortLength = 4096;
 
   // --- movement (views: no data moves) -------------------------------------------------------
   Tensor reshape(Shape shape) const;  // one -1 allowed
@@ -159,6 +169,17 @@ class Tensor {
   std::vector<Tensor> chunk(int64_t chunks, int64_t axis = 0) const;
   Tensor repeat(std::vector<int64_t> times) const;
   Tensor gather(int64_t axis, const Tensor& index) const;
+  Tensor index_select(int64_t axis, const Tensor& index) const;  // 1-D integer index
+  // A copy of this with src's values written (scatter) or added (scatter_add) at index along axis:
+  // out[..., index[i, j], ...] = src[i, j] (torch.Tensor.scatter / scatter_add). Duplicate indices
+  // are an error for scatter (torch leaves the pick unspecified); scatter_add adds them all.
+  Tensor scatter(int64_t axis, const Tensor& index, const Tensor& src) const;
+  Tensor scatter_add(int64_t axis, const Tensor& index, const Tensor& src) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;  // mask broadcasts to this
+  Tensor triu(int64_t diagonal = 0) const;  // the last two axes
+  Tensor tril(int64_t diagonal = 0) const;
+  // int64 indices -> (..., num_classes) int64; num_classes -1 means max + 1 (reads the indices).
+  Tensor one_hot(int64_t num_classes = -1) const;
 
   Tensor matmul(const Tensor& other) const;  // torch.matmul: 1-D, 2-D and batched with broadcasting
   Tensor conv2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
@@ -167,6 +188,10 @@ class Tensor {
                     std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, bool ceil_mode = false) const;
   Tensor avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
                     std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true) const;
+  // torch.nn.functional.conv_transpose2d: weight (C, K/groups, R, S); the gradient of conv2d.
+  Tensor conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
+                          std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> output_padding = {0, 0}, int64_t groups = 1,
+                          std::array<int64_t, 2> dilation = {1, 1}) const;
   // (..., H, W) -> (..., OH, OW, KH, KW): the sliding windows, as a view.
   Tensor windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation) const;
   Tensor to(const std::string& device) const;
@@ -246,6 +271,9 @@ class Tensor {
   friend Tensor operator-(double s, const Tensor& t);
   friend Tensor operator/(double s, const Tensor& t);
 };
+
+// torch.einsum with two operands ("ij,jk->ik", "bij,bjk->bik", implicit output "ij,jk"); no "...".
+Tensor einsum(const std::string& equation, const Tensor& a, const Tensor& b);
 
 // torch.autograd.grad(create_graph=True): d(output)/d(input) for each input, as lazy tensors that can be
 // differentiated again. An input that output does not depend on gets zeros.

@@ -236,4 +236,35 @@ Tensor Tensor::avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::arra
   return (sums / count).cast(is_float(dtype()) ? dtype() : to_floating(dtype()));
 }
 
+Tensor Tensor::conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias, std::array<int64_t, 2> stride,
+                                std::array<int64_t, 2> padding, std::array<int64_t, 2> output_padding, int64_t groups,
+                                std::array<int64_t, 2> dilation) const {
+  if (ndim() != 4 || weight.ndim() != 4)
+    throw Error(kiln::cat("conv_transpose2d: input must be (N, C, H, W) and weight (C, K/groups, R, S), got ", shape_str(shape()), " and ",
+                          shape_str(weight.shape())));
+  int64_t n = shape()[0], c = shape()[1], kg = weight.shape()[1];
+  if (groups <= 0 || weight.shape()[0] != c || c % groups != 0)
+    throw Error(kiln::cat("conv_transpose2d: ", c, " input channels with groups=", groups, " need weight (", c, ", K/groups, R, S), got ",
+                          shape_str(weight.shape())));
+  Shape out{n, kg * groups, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0)
+      throw Error(kiln::cat("conv_transpose2d: stride and dilation must be positive and padding >= 0, got ", stride[i], ", ", dilation[i], ", ",
+                            padding[i]));
+    if (output_padding[i] < 0 || output_padding[i] >= std::max(stride[i], dilation[i]))
+      throw Error(kiln::cat("conv_transpose2d: output_padding ", output_padding[i], " must be smaller than stride or dilation (",
+                            std::max(stride[i], dilation[i]), ")"));
+    out[2 + i] = (shape()[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (weight.shape()[2 + i] - 1) + output_padding[i] + 1;
+    if (out[2 + i] <= 0) throw Error(kiln::cat("conv_transpose2d: the output would have size ", out[2 + i], " on spatial axis ", i));
+  }
+  // The transposed convolution is conv2d's input gradient, the weight read as conv2d's (K=C, C/groups, R, S).
+  DType d = promote_types(dtype(), weight.dtype());
+  Tensor y = conv2d_input_grad(cast(d), weight.cast(d), out, stride, padding, dilation, groups);
+  if (bias) {
+    if (bias->shape() != Shape{out[1]}) throw Error(kiln::cat("conv_transpose2d: bias must have shape (", out[1], ",), got ", shape_str(bias->shape())));
+    y = y + bias->reshape({1, out[1], 1, 1});
+  }
+  return y;
+}
+
 }  // namespace kiln

@@ -72,6 +72,61 @@ TEST_CASE("gelu with the tanh approximation, and its gradient at large inputs", 
   check_values<float>(gradients(big.gelu("tanh").sum(), {big})[0], {1, 0});
 }
 
+TEST_CASE("index_select, scatter, scatter_add, masked_fill, one_hot, triu and tril", "[ops]") {
+  Tensor x = vec<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  check_values<float>(x.index_select(1, vec<int64_t>({2, 0, 2})), {3, 1, 3, 6, 4, 6});
+  check_values<float>(x.index_select(0, vec<int32_t>({1})), {4, 5, 6});
+  Tensor src = vec<float>({10, 20, 30, 40}, {2, 2});
+  check_values<float>(x.scatter(1, vec<int64_t>({2, 0, 1, 2}, {2, 2}), src), {20, 2, 10, 4, 30, 40});
+  check_values<float>(x.scatter_add(1, vec<int64_t>({2, 2, 0, 0}, {2, 2}), src), {1, 2, 33, 74, 5, 6});
+  check_values<float>(x.masked_fill(vec<uint8_t>({1, 0, 1}).cast(dtypes::bool_), -1), {-1, 2, -1, -1, 5, -1});
+  check_values<int64_t>(vec<int32_t>({2, 0}).one_hot(3), {0, 0, 1, 1, 0, 0});
+  Tensor m = Tensor::ones({3, 3});
+  check_values<float>(m.triu(1), {0, 1, 1, 0, 0, 1, 0, 0, 0});
+  check_values<float>(m.tril(-1), {0, 0, 0, 1, 0, 0, 1, 1, 0});
+  CHECK_THROWS_AS(x.index_select(1, vec<int64_t>({3})), Error);
+  CHECK_THROWS_AS(x.scatter(1, vec<int64_t>({0, 0}, {1, 2}), src), Error);
+  // Gradients: index_select adds up repeated picks; scatter's src gets the gradient of where it landed.
+  Tensor g = gradients((x.index_select(1, vec<int64_t>({2, 2, 0})) * vec<float>({1, 2, 3, 4, 5, 6}, {2, 3})).sum(), {x})[0];
+  check_values<float>(g, {3, 0, 3, 6, 0, 9});
+  Tensor s = vec<float>({10, 20}, {1, 2});
+  check_values<float>(gradients((x.scatter(1, vec<int64_t>({2, 0}, {1, 2}), s) * x).sum(), {s})[0], {3, 1});
+}
+
+TEST_CASE("sort, argsort and topk: stable ties, NaN last, values moved bit for bit", "[ops]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Tensor x = vec<float>({3, nan, -inf, 1, 3, -0.0f, 0.0f, 1});
+  auto [v, i] = x.sort();
+  check_values<float>(v, {-inf, -0.0f, 0.0f, 1, 1, 3, 3, nan});
+  check_values<int64_t>(i, {2, 5, 6, 3, 7, 0, 4, 1});
+  CHECK(std::signbit(v.to_vector<float>()[1]));
+  check_values<int64_t>(x.argsort(0, true), {1, 0, 4, 3, 7, 5, 6, 2});
+  auto [tv, ti] = vec<int32_t>({4, 9, 1, 9, 7}).topk(3);
+  check_values<int32_t>(tv, {9, 9, 7});
+  check_values<int64_t>(ti, {1, 3, 4});
+  Tensor y = vec<double>({2, 5, 1, 4, 3, 6}, {2, 3});
+  check_values<double>(y.sort(0, true).first, {4, 5, 6, 2, 3, 1});
+  check_values<double>(gradients((y.topk(2, 1).first * vec<double>({1, 2, 3, 4}, {2, 2})).sum(), {y})[0], {2, 1, 0, 4, 0, 3});
+}
+
+TEST_CASE("einsum over two operands", "[ops]") {
+  Tensor a = vec<float>({1, 2, 3, 4, 5, 6}, {2, 3}), b = vec<float>({1, 0, -1, 2, 1, 1}, {3, 2});
+  check_values<float>(einsum("ij,jk->ik", a, b), {2, 7, 5, 16});
+  check_values<float>(einsum("ij,jk", a, b), {2, 7, 5, 16});
+  check_values<float>(einsum("ij,ij->i", a, a), {14, 77});
+  check_values<float>(einsum("ij,kj->ki", a, a).reshape({4}), {14, 32, 32, 77});
+  CHECK_THROWS_AS(einsum("ij,jk->ik", a, a), Error);
+}
+
+TEST_CASE("cumprod and logcumsumexp", "[ops]") {
+  Tensor x = vec<double>({2, 0, 3, -1});
+  check_values<double>(x.cumprod(0), {2, 0, 0, 0});
+  // d/dx_j sum_i cumprod_i: the products of the others in every prefix that holds x_j, zeros included.
+  check_values<double>(gradients(x.cumprod(0).sum(), {x})[0], {1, 2, 0, 0});
+  Tensor y = vec<double>({0, std::log(3.0), -INFINITY});
+  check_values<double>(y.logcumsumexp(0), {0, std::log(4.0), std::log(4.0)});
+}
+
 TEST_CASE("pooling with dilation, ceil_mode and count_include_pad", "[ops]") {
   Tensor x = Tensor::arange(0, 16, 1, dtypes::float32).reshape({1, 1, 4, 4});
   // Dilation 2: each 2x2 window takes every other row and column.
@@ -84,3 +139,22 @@ TEST_CASE("pooling with dilation, ceil_mode and count_include_pad", "[ops]") {
   check_values<float>(x.avg_pool2d({3, 3}, std::array<int64_t, 2>{2, 2}, {0, 0}, true, true), {5, 6.5f, 11, 12.5f});
 }
 
+TEST_CASE("conv_transpose2d is the adjoint of conv2d", "[ops]") {
+  // <conv2d(x, w), y> = <x, conv_transpose2d(y, w)> for every x, y: the defining property.
+  Tensor::manual_seed(5);
+  Tensor x = Tensor::randn({1, 2, 5, 4}, dtypes::float64), w = Tensor::randn({3, 2, 3, 2}, dtypes::float64);
+  Tensor y = Tensor::randn({1, 3, 2, 3}, dtypes::float64);
+  double lhs = (x.conv2d(w, std::nullopt, {2, 1}, {0, 0}) * y).sum().item<double>();
+  double rhs = (x * y.conv_transpose2d(w, std::nullopt, {2, 1}, {0, 0}, {0, 0})).sum().item<double>();
+  CHECK(lhs == Approx(rhs).epsilon(1e-12));
+  CHECK(y.conv_transpose2d(w, std::nullopt, {2, 1}).shape() == Shape{1, 2, 5, 4});
+}
+
+TEST_CASE("unfold, interpolate and pad with negative amounts", "[ops]") {
+  Tensor x = Tensor::arange(0, 6, 1, dtypes::float32).reshape({1, 1, 2, 3});
+  check_values<float>(nn::unfold(x, {2, 2}), {0, 1, 1, 2, 3, 4, 4, 5});
+  check_values<float>(nn::interpolate(x, {2, 6}, "nearest").reshape({12}), {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5});
+  check_values<float>(nn::interpolate(x, {3, 3}, "bilinear", true).reshape({9}), {0, 1, 2, 1.5f, 2.5f, 3.5f, 3, 4, 5});
+  check_values<float>(nn::interpolate(x, {1, 3}, "bilinear").reshape({3}), {1.5f, 2.5f, 3.5f});
+  check_values<float>(x.reshape({2, 3}).pad({{0, 0}, {-1, 1}}, 9), {1, 2, 9, 4, 5, 9});
+}

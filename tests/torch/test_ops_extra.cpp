@@ -185,7 +185,164 @@ TEST_CASE("torch: gelu with approximate tanh", "[torch][elementwise]") {
 
 // --- indexing --------------------------------------------------------------------------------------
 
+TEST_CASE("torch: index_select, scatter, scatter_add and masked_fill, with gradients", "[torch][indexing]") {
+  Source src(306);
+  Batch batch;
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor x = src.values({4, 5}, dt, Values::Finite);
+    at::Tensor idx = from({3, 0, 3, 1}, at::kLong);
+    for (int64_t axis : {0, 1, -1})
+      check_op(batch, src, cat("index_select axis ", axis, " ", name(dt)), {x}, [&](auto& v) { return v[0].index_select(axis, to_kiln(idx)); },
+               [&](auto& v) { return at::index_select(v[0], axis, idx); }, 0);
+    // scatter: unique positions along axis 0 per column; index smaller than src and self.
+    at::Tensor s = src.values({3, 5}, dt, Values::Finite);
+    at::Tensor sidx = from({0, 1, 3, 2, 0, 3, 2, 0, 1, 3, 1, 3, 2, 0, 2}, at::kLong, {3, 5}).slice(1, 0, 4);
+    // libtorch 1.13's scatter gradient fails for a src larger than index: values only there, gradients
+    // with a src of index's shape.
+    batch.check(cat("scatter ", name(dt)), to_kiln(x).scatter(0, to_kiln(sidx), to_kiln(s)), at::scatter(x, 0, sidx, s));
+    at::Tensor s4 = s.slice(1, 0, 4).contiguous();
+    check_op(batch, src, cat("scatter ", name(dt)), {x, s4}, [&](auto& v) { return v[0].scatter(0, to_kiln(sidx), v[1]); },
+             [&](auto& v) { return at::scatter(v[0], 0, sidx, v[1]); }, 0);
+    at::Tensor dup = from({1, 1, 0, 3, 3, 3}, at::kLong, {2, 3});
+    at::Tensor s23 = s.slice(0, 0, 2).slice(1, 0, 3).contiguous();
+    batch.check(cat("scatter_add larger src ", name(dt)), to_kiln(x).scatter_add(1, to_kiln(dup), to_kiln(s)), at::scatter_add(x, 1, dup, s), ulps(dt, 4));
+    check_op(batch, src, cat("scatter_add duplicates axis 1 ", name(dt)), {x, s23}, [&](auto& v) { return v[0].scatter_add(1, to_kiln(dup), v[1]); },
+             [&](auto& v) { return at::scatter_add(v[0], 1, dup, v[1]); }, 4);
+    at::Tensor mask = src.values({5}, at::kBool);
+    check_op(batch, src, cat("masked_fill ", name(dt)), {x}, [&](auto& v) { return v[0].masked_fill(to_kiln(mask), -1.5); },
+             [&](auto& v) { return at::masked_fill(v[0], mask, -1.5); }, 0);
+  }
+  at::Tensor ints = src.values({3, 4}, at::kInt);
+  batch.check("index_select int", to_kiln(ints).index_select(1, to_kiln(from({2, 2}, at::kInt))), at::index_select(ints, 1, from({2, 2}, at::kLong)));
+  batch.check("index_select empty", to_kiln(ints).index_select(0, to_kiln(from({}, at::kLong))), at::index_select(ints, 0, from({}, at::kLong)));
+  batch.check("masked_fill inf", to_kiln(ints.to(at::kFloat)).masked_fill(to_kiln(ints.gt(0)), INFINITY),
+              at::masked_fill(ints.to(at::kFloat), ints.gt(0), INFINITY));
+  batch.run();
+  Tensor k = to_kiln(ints);
+  CHECK_THROWS_WITH(k.index_select(1, to_kiln(from({4}, at::kLong))), Catch::Contains("index 4 is out of range for axis 1 of size 4"));
+  CHECK_THROWS_WITH(k.index_select(0, to_kiln(from({-1}, at::kLong))), Catch::Contains("index -1 is out of range"));
+  CHECK_THROWS_WITH(k.scatter(0, to_kiln(from({0, 0}, at::kLong, {2, 1})), k), Catch::Contains("scatter_add, or unique indices"));
+  CHECK_THROWS_WITH(k.masked_fill(to_kiln(ints), 1.0), Catch::Contains("mask must be bool"));
+  CHECK_THROWS_WITH(k.masked_fill(to_kiln(from({1, 0, 1}, at::kBool)), 1.0), Catch::Contains("broadcast"));
+}
+
+TEST_CASE("torch: one_hot, triu and tril", "[torch][indexing]") {
+  Source src(307);
+  Batch batch;
+  at::Tensor c = from({2, 0, 4, 1, 2, 2}, at::kLong, {2, 3});
+  batch.check("one_hot inferred", to_kiln(c).one_hot(), at::one_hot(c));
+  batch.check("one_hot 7", to_kiln(c.to(at::kInt)).one_hot(7), at::one_hot(c, 7));
+  batch.check("one_hot empty", to_kiln(from({}, at::kLong)).one_hot(3), at::one_hot(from({}, at::kLong), 3));
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor x = src.values({2, 4, 5}, dt, Values::Finite);
+    for (int64_t d : {0, 1, -2, 7}) {
+      check_op(batch, src, cat("triu ", d, " ", name(dt)), {x}, [&](auto& v) { return v[0].triu(d); }, [&](auto& v) { return at::triu(v[0], d); }, 0);
+      check_op(batch, src, cat("tril ", d, " ", name(dt)), {x}, [&](auto& v) { return v[0].tril(d); }, [&](auto& v) { return at::tril(v[0], d); }, 0);
+    }
+  }
+  at::Tensor i = src.values({3, 3}, at::kInt);
+  batch.check("triu int", to_kiln(i).triu(), at::triu(i));
+  batch.run();
+  CHECK_THROWS_WITH(to_kiln(c).one_hot(3), Catch::Contains("class 4 is outside 0..2"));
+  CHECK_THROWS_WITH(Tensor::ones({3}).triu(), Catch::Contains("triu: needs at least 2 dimensions"));
+}
+
+TEST_CASE("torch: sort, argsort and topk, ties, NaN, inf and -0.0 included", "[torch][sort]") {
+  Source src(308);
+  Batch batch;
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kHalf}) {
+    at::Tensor x = src.values({3, 9}, dt);  // NaN, +-inf, -0.0, 0.0 and ties (.5) mixed in
+    at::Tensor ties = from({1, 3, 1, 2, 3, 1, -0.0, 0.0, -0.0}, dt, {1, 9});
+    for (const at::Tensor& v : {x, ties})
+      for (bool desc : {false, true})
+        for (int64_t axis : {-1, 0}) {
+          std::string what = cat(name(dt), desc ? " descending" : "", " axis ", axis, v.size(0) == 1 ? " ties" : "");
+          auto [values, indices] = at::sort(v, /*stable=*/true, axis, desc);
+          auto [kv, ki] = to_kiln(v).sort(axis, desc);
+          batch.check("sort values " + what, kv, values);
+          batch.check("sort indices " + what, ki, indices);
+          batch.check("argsort " + what, to_kiln(v).argsort(axis, desc), indices);
+        }
+  }
+  at::Tensor ints = src.values({4, 6}, at::kInt);
+  auto [iv, ii] = at::sort(ints, true, 1, false);
+  batch.check("sort int values", to_kiln(ints).sort(1).first, iv);
+  batch.check("sort int indices", to_kiln(ints).sort(1).second, ii);
+  // topk: torch does not promise an order between ties, so the values are checked, and the indices
+  // by what they pick.
+  at::Tensor f = src.values({3, 8}, at::kFloat, Values::Finite);
+  for (bool largest : {true, false})
+    for (int64_t k : {0, 1, 3, 8}) {
+      auto [tv, ti] = at::topk(f, k, 1, largest, true);
+      auto [kv, ki] = to_kiln(f).topk(k, 1, largest);
+      batch.check(cat("topk ", k, largest ? " largest" : " smallest"), kv, tv);
+      batch.check(cat("topk picks ", k), to_kiln(f).gather(1, ki), tv);
+    }
+  batch.run();
+  // Gradients: a permutation (sort) and a selection (topk).
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor x = src.values({3, 7}, dt, Values::Finite);
+    check_op(batch, src, cat("sort grad ", name(dt)), {x}, [](auto& v) { return v[0].sort(1, true).first; },
+             [](auto& v) { return std::get<0>(at::sort(v[0], true, 1, true)); }, 0);
+    check_op(batch, src, cat("topk grad ", name(dt)), {x}, [](auto& v) { return v[0].topk(3, 0).first; },
+             [](auto& v) { return std::get<0>(at::topk(v[0], 3, 0)); }, 0);
+  }
+  batch.run();
+  std::vector<float> signs = Tensor::from_vector<float>({0.0f, -0.0f, -1.0f}, {3}).sort().first.to_vector<float>();
+  CHECK((signs[0] == -1.0f && !std::signbit(signs[1]) && std::signbit(signs[2])));  // stable: 0.0 before -0.0
+  CHECK_THROWS_WITH(Tensor::ones({2, 5000}).sort(), Catch::Contains("up to 4096"));
+  CHECK_THROWS_WITH(Tensor::ones({2, 5}).topk(6), Catch::Contains("topk: k 6 is outside 0..5"));
+}
+
+TEST_CASE("torch: einsum over two operands", "[torch][einsum]") {
+  Source src(309);
+  Batch batch;
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor a = src.values({2, 3, 4}, dt, Values::Finite), b = src.values({2, 4, 5}, dt, Values::Finite);
+    at::Tensor m = src.values({3, 4}, dt, Values::Finite), v = src.values({4}, dt, Values::Finite), one = src.values({1, 4}, dt, Values::Finite);
+    struct Case {
+      const char* eq;
+      at::Tensor x, y;
+    };
+    for (const Case& c : {Case{"bij,bjk->bik", a, b}, Case{"bij,bjk", a, b}, Case{"ij,j->i", m, v}, Case{"ij,ij->", m, m},
+                          Case{"i,j->ij", v, v}, Case{"ij, kj -> ik", m, m}, Case{"ij,ij->ji", m, one}, Case{"bij,jk->bki", a, m.t()}})
+      check_op(batch, src, cat("einsum ", c.eq, " ", name(dt)), {c.x, c.y}, [&](auto& t) { return einsum(c.eq, t[0], t[1]); },
+               [&](auto& t) { return at::einsum(c.eq, {t[0], t[1]}); }, 16);
+  }
+  at::Tensor i = src.values({2, 3}, at::kInt);
+  batch.check("einsum int", einsum("ij,kj->ik", to_kiln(i), to_kiln(i)), at::einsum("ij,kj->ik", {i, i}));
+  batch.run();
+  Tensor m = Tensor::ones({3, 4});
+  CHECK_THROWS_WITH(einsum("ij,jk->ik", m, m), Catch::Contains("'j' has sizes 4 and 3"));
+  CHECK_THROWS_WITH(einsum("ii,jk->ik", m, m), Catch::Contains("appears twice"));
+  CHECK_THROWS_WITH(einsum("...j,jk", m, m), Catch::Contains("no \"...\""));
+  CHECK_THROWS_WITH(einsum("ij->ij", m, m), Catch::Contains("two operands"));
+  CHECK_THROWS_WITH(einsum("ijk,jk", m, m), Catch::Contains("names 3 axes"));
+}
+
 // --- cumulative ------------------------------------------------------------------------------------
+
+TEST_CASE("torch: cumprod and logcumsumexp, with gradients", "[torch][reduce]") {
+  Source src(310);
+  Batch batch;
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor x = src.values({3, 6}, dt, Values::Finite);
+    at::Tensor zeros = from({1.5, 0, 2, -1, 0, 3}, dt, {1, 6});  // one zero and two zeros in a prefix
+    for (int64_t axis : {1, 0}) {
+      check_op(batch, src, cat("cumprod ", axis, " ", name(dt)), {x}, [&](auto& v) { return v[0].cumprod(axis); },
+               [&](auto& v) { return at::cumprod(v[0], axis); }, 16);
+      check_op(batch, src, cat("logcumsumexp ", axis, " ", name(dt)), {x}, [&](auto& v) { return v[0].logcumsumexp(axis); },
+               [&](auto& v) { return at::logcumsumexp(v[0], axis); }, 16);
+    }
+    check_op(batch, src, cat("cumprod zeros ", name(dt)), {zeros}, [&](auto& v) { return v[0].cumprod(1); },
+             [&](auto& v) { return at::cumprod(v[0], 1); }, 8);
+    at::Tensor inf = from({-INFINITY, -INFINITY, 0, INFINITY, 1}, dt);
+    batch.check(cat("logcumsumexp infinities ", name(dt)), to_kiln(inf).logcumsumexp(0), at::logcumsumexp(inf, 0), ulps(dt, 4));
+  }
+  at::Tensor i = src.values({2, 5}, at::kInt);
+  batch.check("cumprod int", to_kiln(i).cumprod(1), at::cumprod(i, 1));
+  batch.run();
+}
 
 // --- pooling, convolution, resampling ---------------------------------------------------------------
 
@@ -212,6 +369,51 @@ TEST_CASE("torch: max_pool2d with dilation and ceil_mode, avg_pool2d with ceil_m
   }
   batch.run();
   CHECK_THROWS_WITH(Tensor::ones({1, 1, 4, 4}).max_pool2d({2, 2}, std::nullopt, {2, 2}), Catch::Contains("padding 2 must be in 0..1"));
+}
+
+TEST_CASE("torch: conv_transpose2d with stride, padding, output_padding, groups and dilation", "[torch][nn]") {
+  Source src(312);
+  Batch batch;
+  using A = std::array<int64_t, 2>;
+  for (at::ScalarType dt : kFloats) {
+    struct Conv {
+      int64_t c, k, groups;
+      A s, p, op, d;
+    };
+    for (const Conv& c : {Conv{3, 2, 1, {1, 1}, {0, 0}, {0, 0}, {1, 1}}, Conv{2, 4, 2, {2, 3}, {1, 0}, {1, 2}, {1, 1}},
+                          Conv{4, 2, 2, {2, 1}, {0, 1}, {0, 0}, {2, 2}}}) {
+      at::Tensor x = src.values({2, c.c, 4, 5}, dt, Values::Finite), w = src.values({c.c, c.k / c.groups, 3, 2}, dt, Values::Finite);
+      at::Tensor b = src.values({c.k}, dt, Values::Finite);
+      check_op(batch, src, cat("conv_transpose2d c ", c.c, " k ", c.k, " groups ", c.groups, " stride ", c.s[0], ",", c.s[1], " ", name(dt)), {x, w, b},
+               [&](auto& v) { return v[0].conv_transpose2d(v[1], v[2], c.s, c.p, c.op, c.groups, c.d); },
+               [&](auto& v) { return at::conv_transpose2d(v[0], v[1], v[2], {c.s[0], c.s[1]}, {c.p[0], c.p[1]}, {c.op[0], c.op[1]}, c.groups, {c.d[0], c.d[1]}); },
+               24);
+    }
+  }
+  batch.run();
+  CHECK_THROWS_WITH(Tensor::ones({1, 2, 3, 3}).conv_transpose2d(Tensor::ones({2, 1, 2, 2}), std::nullopt, {1, 1}, {0, 0}, {1, 0}),
+                    Catch::Contains("output_padding 1 must be smaller than stride or dilation"));
+}
+
+TEST_CASE("torch: unfold and interpolate (nearest, bilinear), with gradients", "[torch][nn]") {
+  Source src(313);
+  Batch batch;
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor x = src.values({2, 3, 5, 6}, dt, Values::Finite);
+    check_op(batch, src, cat("unfold ", name(dt)), {x}, [](auto& v) { return nn::unfold(v[0], {2, 3}, {1, 2}, {1, 0}, {2, 1}); },
+             [](auto& v) { return at::im2col(v[0], {2, 3}, {1, 2}, {1, 0}, {2, 1}); }, 0);
+    for (std::array<int64_t, 2> size : {std::array<int64_t, 2>{7, 4}, {10, 12}, {2, 3}, {1, 1}}) {
+      std::string s = cat(size[0], "x", size[1], " ", name(dt));
+      check_op(batch, src, "interpolate nearest " + s, {x}, [&](auto& v) { return nn::interpolate(v[0], size, "nearest"); },
+               [&](auto& v) { return at::upsample_nearest2d(v[0], {size[0], size[1]}); }, 0);
+      for (bool corners : {false, true})
+        check_op(batch, src, cat("interpolate bilinear ", corners ? "align_corners " : "", s), {x},
+                 [&](auto& v) { return nn::interpolate(v[0], size, "bilinear", corners); },
+                 [&](auto& v) { return at::upsample_bilinear2d(v[0], {size[0], size[1]}, corners); }, 16);
+    }
+  }
+  batch.run();
+  CHECK_THROWS_WITH(nn::interpolate(Tensor::ones({1, 1, 2, 2}), {3, 3}, "bicubic"), Catch::Contains("mode \"bicubic\" is not supported"));
 }
 
 TEST_CASE("torch: pad with negative amounts crops", "[torch][movement]") {
