@@ -44,12 +44,14 @@ IntOperands int_operands(const Tensor& a, const Tensor& b, const char* op) {
   return {x, y};
 }
 
-// C's a / b and a % b without the one overflowing case: INT_MIN / -1 traps on x86, so a divisor of
-// -1 divides as -a (which wraps to INT_MIN, as in PyTorch) and leaves 0.
+// C's a / b and a % b without the cases that trap on x86: INT_MIN / -1, so a divisor of -1 divides as
+// -a (which wraps to INT_MIN, as in PyTorch) and leaves 0; and a divisor of 0, which the caller has
+// ruled out in b's values but which a kernel still meets where b is read through a pad (padding
+// reads as 0, and both sides of a where are computed): it divides by 1 there.
 std::pair<Tensor, Tensor> c_divmod(const Tensor& a, const Tensor& b) {
   Tensor minus_one = b.full_like(-1.0);
   Tensor by_minus_one = is_unsigned(b.dtype()) ? b.ne(b) : b.eq(minus_one);
-  Tensor safe = by_minus_one.where(b.ones_like(), b);
+  Tensor safe = by_minus_one.logical_or(b.eq(b.zeros_like())).where(b.ones_like(), b);
   Tensor q = Tensor(UOp::make(Op::IDIV, a.dtype(), {a.uop(), safe.uop()}), a.shape());
   Tensor r = Tensor(UOp::make(Op::MOD, a.dtype(), {a.uop(), safe.uop()}), a.shape());
   return {by_minus_one.where(-a, q), by_minus_one.where(a.zeros_like(), r)};

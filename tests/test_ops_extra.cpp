@@ -53,6 +53,10 @@ TEST_CASE("div rounding modes, floor_divide, remainder and fmod follow PyTorch's
   check_values<float>(x.remainder(y), {1.5f, 0.5f, -0.5f, -1.5f, 0.099999987f, 3, inf, nan});
   check_values<float>(x.fmod(y), {1.5f, -1.5f, 1.5f, -1.5f, 0.099999987f, 3, -3, nan});
   CHECK_THROWS_AS(a.div(vec<int32_t>({1, 0, 1, 1, 1}), "floor"), Error);
+  // Read through a pad (cat pads each piece), the divisor is 0 outside its piece, and the kernel still
+  // computes the division there: it must not trap (SIGFPE).
+  Tensor joined = Tensor::cat({a.remainder(b), a.div(b, "floor"), a.fmod(b)});
+  check_values<int32_t>(joined, {1, 1, -1, -1, 0, 3, -4, -4, 3, 0, 1, -1, 1, -1, 0});
   CHECK_THROWS_AS(a.div(b, "nearest"), Error);
   check_values<float>(vec<float>({1, 2}).add(vec<float>({3, 4}), -2), {-5, -6});
 }
