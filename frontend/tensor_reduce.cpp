@@ -124,6 +124,8 @@ Tensor Tensor::cumprod(int64_t axis) const {
 }
 Tensor Tensor::logcumsumexp(int64_t axis) const {
   if (!is_float(dtype())) throw Error(kiln::cat("logcumsumexp: needs a float tensor, got ", dtype().name()));
+  normalize_axis(axis, ndim(), "logcumsumexp");
+  if (numel() == 0) return *this;  // nothing to accumulate (logsumexp of an empty axis has no max to shift by)
   return cumulative(*this, axis, -INFINITY, [](const Tensor& x) { return x.logsumexp({-1}); }, "logcumsumexp");
 }
 

@@ -162,3 +162,18 @@ TEST_CASE("unfold, interpolate and pad with negative amounts", "[ops]") {
   check_values<float>(nn::interpolate(x, {1, 3}, "bilinear").reshape({3}), {1.5f, 2.5f, 3.5f});
   check_values<float>(x.reshape({2, 3}).pad({{0, 0}, {-1, 1}}, 9), {1, 2, 9, 4, 5, 9});
 }
+
+TEST_CASE("the new ops on size-0 axes", "[ops]") {
+  Tensor empty = Tensor::zeros({2, 0});
+  auto [v, i] = empty.sort(1);
+  CHECK(v.shape() == Shape{2, 0});
+  CHECK(i.shape() == Shape{2, 0});
+  CHECK(empty.topk(0, 1).first.shape() == Shape{2, 0});
+  CHECK(empty.cumprod(1).shape() == Shape{2, 0});
+  CHECK(empty.logcumsumexp(1).shape() == Shape{2, 0});
+  check_values<float>(einsum("ij,jk->ik", empty, Tensor::zeros({0, 3})), {0, 0, 0, 0, 0, 0});
+  CHECK(empty.triu().shape() == Shape{2, 0});
+  check_values<float>(Tensor::ones({2, 2}).scatter_add(1, Tensor::zeros({2, 0}, dtypes::int64), empty), {1, 1, 1, 1});
+  CHECK(empty.remainder(Tensor::ones({2, 0})).shape() == Shape{2, 0});
+  CHECK(Tensor::zeros({2, 0}, dtypes::int32).div(Tensor::zeros({2, 0}, dtypes::int32), "floor").shape() == Shape{2, 0});
+}
