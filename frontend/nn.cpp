@@ -1,5 +1,7 @@
 #include "frontend/nn.h"
 
+#include "frontend/detail.h"
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -232,12 +234,29 @@ Tensor GroupNorm::forward(const Tensor& x) {
   return y;
 }
 
-Embedding::Embedding(int64_t num, int64_t dim) { weight = register_parameter("weight", Tensor::randn({num, dim})); }
+Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad) {
+  Tensor init = Tensor::randn({num, dim});
+  if (pad) {
+    if (*pad < -num || *pad >= num)
+      throw Error(kiln::cat("Embedding: padding_idx ", *pad, " is out of range for ", num, " embeddings (use ", -num, "..", num - 1, ")"));
+    padding_idx = *pad < 0 ? *pad + num : *pad;
+    // The padding row starts at zero, as in PyTorch.
+    Tensor row = Tensor::arange(num, dtypes::int64).eq(Tensor::full({}, static_cast<double>(*padding_idx), dtypes::int64)).reshape({num, 1});
+    init = row.where(init.zeros_like(), init);
+  }
+  weight = register_parameter("weight", init);
+}
 
 Tensor Embedding::forward(const Tensor& indices) {
   if (!is_int(indices.dtype())) throw Error(kiln::cat("Embedding: indices must be integers, got ", indices.dtype().name()));
   int64_t n = indices.numel(), dim = weight.shape()[1];
-  Tensor rows = weight.gather(0, indices.reshape({n, 1}).expand({n, dim}));  // gather checks the range
+  Tensor flat = indices.reshape({n, 1});
+  Tensor rows = weight.gather(0, flat.expand({n, dim}));  // gather checks the range
+  if (padding_idx) {
+    // The padding row's lookups carry its value but pass no gradient back to it.
+    Tensor is_pad = flat.cast(dtypes::int64).eq(Tensor::full({}, static_cast<double>(*padding_idx), dtypes::int64, indices.device()));
+    rows = is_pad.where(rows.detach(), rows);
+  }
   Shape out = indices.shape();
   out.push_back(dim);
   return rows.reshape(out);
@@ -254,12 +273,13 @@ Tensor Dropout::forward(const Tensor& x) {
   return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask, bool causal) {
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask, bool causal,
+                                    std::optional<double> scale_override) {
   if (q.ndim() < 2 || k.ndim() < 2 || v.ndim() < 2 || q.shape().back() != k.shape().back() ||
       k.shape()[static_cast<size_t>(k.ndim() - 2)] != v.shape()[static_cast<size_t>(v.ndim() - 2)])
     throw Error(kiln::cat("scaled_dot_product_attention: q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()),
                           " must be (..., L, E), (..., S, E), (..., S, Ev)"));
-  double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
+  double scale = scale_override.value_or(1.0 / std::sqrt(static_cast<double>(q.shape().back())));
   Tensor scores = q.matmul(k.transpose(-2, -1)) * scale;
   int64_t L = scores.shape()[static_cast<size_t>(scores.ndim() - 2)], S = scores.shape().back();
   Tensor neg_inf = scores.full_like(-std::numeric_limits<double>::infinity());
@@ -323,49 +343,103 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
     throw Error(kiln::cat(op, ": input ", shape_str(a.shape()), " and target ", shape_str(b.shape()), " must have the same shape"));
 }
 
-// Class targets: (N) integers in [0, C) or equal to ignore_index; checked on the host, since a wrong
-// label would otherwise silently count for nothing.
-void check_targets(const Tensor& scores, const Tensor& target, int64_t ignore_index, const char* op) {
-  if (scores.ndim() != 2 || target.ndim() != 1 || target.shape()[0] != scores.shape()[0])
-    throw Error(kiln::cat(op, ": expected scores (N, C) and targets (N), got ", shape_str(scores.shape()), " and ", shape_str(target.shape())));
-  if (!is_int(target.dtype())) throw Error(kiln::cat(op, ": targets must be class indices (integers), got ", target.dtype().name()));
+// Class scores (N, C, d1, ...) with targets (N, d1, ...) as (N*d1*..., C) and (N*d1*...): every
+// position is a sample. Also the shape of a per-sample result (reduction None).
+struct ClassProblem {
+  Tensor scores, target;
+  Shape per_sample;
+};
+ClassProblem flatten_classes(const Tensor& scores, const Tensor& target, const char* op) {
+  Shape want = scores.ndim() >= 2 ? Shape{scores.shape()[0]} : Shape{};
+  for (int64_t i = 2; i < scores.ndim(); ++i) want.push_back(scores.shape()[static_cast<size_t>(i)]);
+  if (scores.ndim() < 2 || target.shape() != want)
+    throw Error(kiln::cat(op, ": expected scores (N, C) or (N, C, d1, ...) and targets (N) or (N, d1, ...), got ", shape_str(scores.shape()),
+                          " and ", shape_str(target.shape())));
   int64_t c = scores.shape()[1];
+  if (scores.ndim() == 2) return {scores, target, want};
+  std::vector<int64_t> order = {0};
+  for (int64_t i = 2; i < scores.ndim(); ++i) order.push_back(i);
+  order.push_back(1);
+  return {scores.permute(order).reshape({-1, c}), target.reshape({-1}), want};
+}
+
+// Class targets: integers in [0, C) or equal to ignore_index; checked on the host, since a wrong
+// label would otherwise silently count for nothing.
+void check_targets(const Tensor& target, int64_t c, int64_t ignore_index, const char* op) {
+  if (!is_int(target.dtype())) throw Error(kiln::cat(op, ": targets must be class indices (integers), got ", target.dtype().name()));
   Tensor t = target.cast(dtypes::int64);
   for (int64_t v : t.to_vector<int64_t>())
     if (v != ignore_index && (v < 0 || v >= c))
       throw Error(kiln::cat(op, ": target ", v, " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
 }
 
-// Per-sample loss (N) from log-probabilities, with label smoothing; ignored samples give 0. Also the
-// number of samples that count.
-std::pair<Tensor, Tensor> per_sample_nll(const Tensor& logp, const Tensor& target, double smoothing, int64_t ignore_index) {
-  int64_t n = logp.shape()[0], c = logp.shape()[1];
-  Tensor t = target.cast(dtypes::int64);
-  Tensor valid = t.ne(Tensor::full({n}, static_cast<double>(ignore_index), dtypes::int64, t.device()));
-  Tensor onehot = t.reshape({n, 1}).eq(Tensor::arange(c, dtypes::int64, t.device()).reshape({1, c}));
-  Tensor loss = -(onehot.where(logp, logp.zeros_like())).sum({1});
-  if (smoothing > 0) loss = loss * (1 - smoothing) - logp.mean({1}) * smoothing;
-  loss = valid.where(loss, loss.zeros_like());
-  return {loss, valid.cast(logp.dtype()).sum()};
+void check_class_weight(const std::optional<Tensor>& weight, int64_t c, const char* op) {
+  if (weight && (weight->shape() != Shape{c} || !is_float(weight->dtype())))
+    throw Error(kiln::cat(op, ": weight must be a float tensor of shape (", c, ",) (one per class), got ", weight->dtype().name(), " ",
+                          shape_str(weight->shape())));
 }
 
-Tensor reduce_counted(const std::pair<Tensor, Tensor>& per_sample, Reduction r) {
-  // PyTorch's mean divides by the number of samples that count (all ignored: 0/0 = NaN).
-  if (r == Reduction::Mean) return per_sample.first.sum() / per_sample.second;
-  return reduce(per_sample.first, r);
+// PyTorch's class-target loss from log-probabilities (N, C): (1 - s) nll + s/C smooth, where nll is
+// -w[t] logp[t] and smooth is -sum_c w[c] logp[c], both 0 for ignored samples. A mean divides both
+// sums by the targets' total weight (the number of samples that count, without weights).
+Tensor class_loss(const Tensor& logp, const ClassProblem& p, double smoothing, int64_t ignore_index, Reduction r,
+                  const std::optional<Tensor>& weight) {
+  int64_t n = logp.shape()[0], c = logp.shape()[1];
+  Tensor t = p.target.cast(dtypes::int64);
+  Tensor valid = t.ne(Tensor::full({n}, static_cast<double>(ignore_index), dtypes::int64, t.device()));
+  Tensor onehot = t.reshape({n, 1}).eq(Tensor::arange(c, dtypes::int64, t.device()).reshape({1, c}));
+  Tensor zero = logp.zeros_like();
+  Tensor w = weight ? weight->cast(logp.dtype()).reshape({1, c}).expand({n, c}) : logp.ones_like();
+  Tensor w_target = valid.where(onehot.where(w, zero).sum({1}), Tensor::zeros({n}, logp.dtype(), logp.device()));
+  Tensor nll = valid.where(-(onehot.where(logp * w, zero)).sum({1}), w_target.zeros_like());
+  auto reduced = [&](const Tensor& per_sample) {
+    switch (r) {
+      case Reduction::Mean: return per_sample.sum() / w_target.sum();  // all ignored: 0/0 = NaN, as in PyTorch
+      case Reduction::Sum: return per_sample.sum();
+      case Reduction::None: return per_sample.reshape(p.per_sample);
+    }
+    return per_sample;
+  };
+  Tensor out = reduced(nll);
+  if (smoothing == 0) return out;
+  Tensor smooth = valid.where(-(logp * w).sum({1}), w_target.zeros_like());
+  return out * (1 - smoothing) + reduced(smooth) * (smoothing / static_cast<double>(c));
+}
+
+// Class probabilities as targets: -sum_c w[c] y[c] logp[c] per sample (y smoothed toward 1/C); a mean
+// is over the samples.
+Tensor probability_loss(const Tensor& logits, const Tensor& target, double smoothing, Reduction r, const std::optional<Tensor>& weight) {
+  int64_t c = logits.shape()[1];
+  Tensor logp = logits.log_softmax(1);
+  Tensor y = smoothing > 0 ? target * (1 - smoothing) + smoothing / static_cast<double>(c) : target;
+  Tensor terms = logp * y.cast(logp.dtype());
+  if (weight) terms = terms * weight->cast(logp.dtype()).reshape(channel_shape(c, logits.ndim()));
+  Tensor per_sample = -terms.sum({1});
+  return reduce(per_sample, r);
 }
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing, int64_t ignore_index, Reduction r) {
-  check_targets(logits, target, ignore_index, "cross_entropy");
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing, int64_t ignore_index, Reduction r,
+                     std::optional<Tensor> weight) {
   if (label_smoothing < 0 || label_smoothing > 1) throw Error(kiln::cat("cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing));
-  return reduce_counted(per_sample_nll(logits.log_softmax(1), target, label_smoothing, ignore_index), r);
+  if (logits.ndim() >= 2) check_class_weight(weight, logits.shape()[1], "cross_entropy");
+  if (is_float(target.dtype())) {
+    if (target.shape() != logits.shape())
+      throw Error(kiln::cat("cross_entropy: probability targets (float) must have the logits' shape ", shape_str(logits.shape()), ", got ",
+                            shape_str(target.shape()), "; class indices must be integers"));
+    return probability_loss(logits, target, label_smoothing, r, weight);
+  }
+  ClassProblem p = flatten_classes(logits, target, "cross_entropy");
+  check_targets(p.target, p.scores.shape()[1], ignore_index, "cross_entropy");
+  return class_loss(p.scores.log_softmax(1), p, label_smoothing, ignore_index, r, weight);
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index, Reduction r) {
-  check_targets(log_probs, target, ignore_index, "nll_loss");
-  return reduce_counted(per_sample_nll(log_probs, target, 0.0, ignore_index), r);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index, Reduction r, std::optional<Tensor> weight) {
+  ClassProblem p = flatten_classes(log_probs, target, "nll_loss");
+  check_class_weight(weight, p.scores.shape()[1], "nll_loss");
+  check_targets(p.target, p.scores.shape()[1], ignore_index, "nll_loss");
+  return class_loss(p.scores, p, 0.0, ignore_index, r, weight);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r) {
@@ -379,11 +453,107 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction r) {
   return reduce((input - target).abs(), r);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction r) {
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction r, std::optional<Tensor> weight,
+                                        std::optional<Tensor> pos_weight) {
   check_same_shape(x, y, "binary_cross_entropy_with_logits");
-  // y softplus(-x) + (1 - y) softplus(x): stable for large |x| (softplus is linear past its threshold),
-  // and its gradient is sigmoid(x) - y everywhere, 0 included.
-  return reduce(y * (-x).softplus() + (1.0 - y) * x.softplus(), r);
+  // w (p y softplus(-x) + (1 - y) softplus(x)): stable for large |x| (softplus is linear past its
+  // threshold), and its gradient is w ((p y + 1 - y) sigmoid(x) - p y) everywhere, 0 included.
+  Tensor positive = y * (-x).softplus();
+  if (pos_weight) {
+    if (pos_weight->ndim() > 1 || (x.ndim() > 0 && pos_weight->numel() != 1 && pos_weight->numel() != x.shape().back()))
+      throw Error(kiln::cat("binary_cross_entropy_with_logits: pos_weight ", shape_str(pos_weight->shape()), " must have one value per class (",
+                            x.ndim() > 0 ? x.shape().back() : 1, ",), the logits' last axis (logits ", shape_str(x.shape()), ")"));
+    positive = positive * *pos_weight;
+  }
+  Tensor loss = positive + (1.0 - y) * x.softplus();
+  if (weight) {
+    if (detail::broadcast_shapes(weight->shape(), x.shape(), "binary_cross_entropy_with_logits") != x.shape())
+      throw Error(kiln::cat("binary_cross_entropy_with_logits: weight ", shape_str(weight->shape()), " must broadcast to the logits' shape ",
+                            shape_str(x.shape())));
+    loss = loss * *weight;
+  }
+  return reduce(loss, r);
+}
+
+// --- functional --------------------------------------------------------------------------------
+
+Tensor unfold(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> dilation, std::array<int64_t, 2> padding,
+              std::array<int64_t, 2> stride) {
+  check_rank(x, 4, "unfold", "(N, C, H, W)");
+  for (int i = 0; i < 2; ++i)
+    if (padding[i] < 0) throw Error(kiln::cat("unfold: padding must be >= 0, got ", padding[i]));
+  int64_t n = x.shape()[0], c = x.shape()[1];
+  Tensor win = x.pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}}).windows(kernel, stride, dilation);
+  int64_t l = win.shape()[2] * win.shape()[3];
+  // (N, C, OH, OW, KH, KW) -> (N, C, KH, KW, OH, OW): channel-major columns, windows in row order.
+  return win.permute({0, 1, 4, 5, 2, 3}).reshape({n, c * kernel[0] * kernel[1], l});
+}
+
+namespace {
+// The source positions of output positions 0..out-1 along an axis of `in`, as torch computes them in
+// float (area_pixel_compute_source_index): nearest takes floor(i * in/out); linear the two neighbours
+// and the weight of the second.
+std::vector<int64_t> nearest_sources(int64_t in, int64_t out) {
+  std::vector<int64_t> src;
+  float scale = static_cast<float>(in) / static_cast<float>(out);
+  for (int64_t i = 0; i < out; ++i) src.push_back(std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<float>(i) * scale)), in - 1));
+  return src;
+}
+// In T: float for float32 and narrower inputs, double for float64, as torch computes them.
+template <typename T>
+struct Linear1d {
+  std::vector<int64_t> lo, hi;
+  std::vector<T> w;
+};
+template <typename T>
+Linear1d<T> linear_sources(int64_t in, int64_t out, bool align_corners) {
+  Linear1d<T> r;
+  T scale = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0)) : static_cast<T>(in) / static_cast<T>(out);
+  for (int64_t i = 0; i < out; ++i) {
+    T s = align_corners ? scale * static_cast<T>(i) : std::max(scale * (static_cast<T>(i) + T(0.5)) - T(0.5), T(0));
+    auto lo = std::min<int64_t>(static_cast<int64_t>(s), in - 1);
+    r.lo.push_back(lo);
+    r.hi.push_back(std::min<int64_t>(lo + 1, in - 1));
+    r.w.push_back(s - static_cast<T>(lo));
+  }
+  return r;
+}
+// One axis of bilinear interpolation: the two neighbours, weighted.
+template <typename T>
+Tensor linear_axis(const Tensor& y, int axis, int64_t in, int64_t out, bool align_corners) {
+  Linear1d<T> l = linear_sources<T>(in, out, align_corners);
+  Shape ws(4, 1);
+  ws[static_cast<size_t>(axis)] = out;
+  Tensor w = Tensor::from_vector(l.w, ws, y.device()).cast(y.dtype());
+  Tensor lo = Tensor::from_vector(l.lo, {out}, y.device()), hi = Tensor::from_vector(l.hi, {out}, y.device());
+  return y.index_select(axis, lo) * (1.0 - w) + y.index_select(axis, hi) * w;
+}
+Tensor index_tensor(const std::vector<int64_t>& v, const std::string& device) {
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, device);
+}
+}  // namespace
+
+Tensor interpolate(const Tensor& x, std::array<int64_t, 2> size, const std::string& mode, bool align_corners) {
+  check_rank(x, 4, "interpolate", "(N, C, H, W)");
+  if (size[0] <= 0 || size[1] <= 0) throw Error(kiln::cat("interpolate: output size must be positive, got (", size[0], ", ", size[1], ")"));
+  if (mode == "nearest") {
+    if (align_corners) throw Error("interpolate: align_corners applies to \"bilinear\" only, not \"nearest\"");
+    Tensor y = x;
+    for (int axis = 2; axis < 4; ++axis)
+      y = y.index_select(axis, index_tensor(nearest_sources(x.shape()[static_cast<size_t>(axis)], size[axis - 2]), x.device()));
+    return y;
+  }
+  if (mode == "bilinear") {
+    if (!is_float(x.dtype())) throw Error(kiln::cat("interpolate: bilinear needs a float input, got ", x.dtype().name()));
+    Tensor y = x;
+    for (int axis = 2; axis < 4; ++axis) {
+      int64_t in = x.shape()[static_cast<size_t>(axis)];
+      y = x.dtype() == dtypes::float64 ? linear_axis<double>(y, axis, in, size[axis - 2], align_corners)
+                                       : linear_axis<float>(y, axis, in, size[axis - 2], align_corners);
+    }
+    return y;
+  }
+  throw Error(kiln::cat("interpolate: mode \"", mode, "\" is not supported; use \"nearest\" or \"bilinear\""));
 }
 
 }  // namespace kiln::nn

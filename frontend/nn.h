@@ -112,9 +112,11 @@ class GroupNorm : public Module {
 
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  // padding_idx: that row starts at zero and gets no gradient (negative counts from the end).
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
   Tensor forward(const Tensor& indices) override;  // integer indices of any shape -> (..., dim)
   Tensor weight;
+  std::optional<int64_t> padding_idx;
 };
 
 class Dropout : public Module {
@@ -166,8 +168,9 @@ class AvgPool2d : public Pool2d {
 
 // softmax(q k^T / sqrt(d) + mask) v over the last two axes; `mask` is added (use -inf to block), or
 // a bool mask where true keeps, as in torch.nn.functional.scaled_dot_product_attention.
+// `scale` replaces 1/sqrt(E).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask = std::nullopt,
-                                    bool causal = false);
+                                    bool causal = false, std::optional<double> scale = std::nullopt);
 
 class MultiheadAttention : public Module {
  public:
@@ -185,12 +188,25 @@ class MultiheadAttention : public Module {
 
 // --- losses (mean over the batch unless said otherwise) --------------------------------------
 enum class Reduction { Mean, Sum, None };
-// logits (N, C) and integer class targets (N); targets equal to ignore_index count for nothing.
+// logits (N, C) or (N, C, d1, ...) and integer class targets (N) or (N, d1, ...); targets equal to
+// ignore_index count for nothing. A float target of the logits' shape holds class probabilities.
+// weight (C): a weight per class; the mean is then over the weights of the targets, as in PyTorch.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0, int64_t ignore_index = -100,
-                     Reduction reduction = Reduction::Mean);
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100, Reduction reduction = Reduction::Mean);
+                     Reduction reduction = Reduction::Mean, std::optional<Tensor> weight = std::nullopt);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100, Reduction reduction = Reduction::Mean,
+                std::optional<Tensor> weight = std::nullopt);
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean);
+// weight broadcasts to the loss; pos_weight (broadcast along the last axis, one per class) weighs the
+// positive term.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
+                                        std::optional<Tensor> weight = std::nullopt, std::optional<Tensor> pos_weight = std::nullopt);
+
+// --- functional -----------------------------------------------------------------------------
+// torch.nn.functional.unfold (im2col): (N, C, H, W) -> (N, C*KH*KW, L), L the number of windows.
+Tensor unfold(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> dilation = {1, 1},
+              std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> stride = {1, 1});
+// torch.nn.functional.interpolate on (N, C, H, W) to `size`: mode "nearest" or "bilinear".
+Tensor interpolate(const Tensor& x, std::array<int64_t, 2> size, const std::string& mode = "nearest", bool align_corners = false);
 
 }  // namespace kiln::nn

@@ -261,7 +261,16 @@ Tensor Tensor::relu() const {
   Tensor zero = constant(0.0, dtype(), shape(), device_uop());
   return le(zero).where(zero, *this);
 }
-Tensor Tensor::sigmoid() const { return in_float([](const Tensor& x) { return ((-x).exp() + 1.0).reciprocal(); }); }
+// From e = exp(-|x|) <= 1, never exp(-x): for x < -88 (float32) that overflows, and though 1 / (1 + inf) is
+// the right 0, its gradient through exp is 0 * inf = NaN.
+Tensor Tensor::sigmoid() const {
+  return in_float([](const Tensor& x) {
+    // -|x| by selection, not abs(): abs's gradient at 0 is 0, and sigmoid's is 1/4 there.
+    Tensor negative = x.lt(x.zeros_like());
+    Tensor e = negative.where(x, -x).exp(), p = (e + 1.0).reciprocal();
+    return negative.where(e * p, p);
+  });
+}
 
 // --- reductions --------------------------------------------------------------------------------
 
@@ -399,10 +408,23 @@ Tensor Tensor::pad(Pairs padding, double value) const {
   if (padding.size() != shape().size())
     throw Error(kiln::cat("pad: ", padding.size(), " (before, after) pairs for a tensor of shape ", shape_str(shape()), "; give one per axis"));
   Shape out = shape();
-  bool any = false;
+  bool any = false, crop = false;
+  for (const auto& [before, after] : padding) crop |= before < 0 || after < 0;
+  if (crop) {
+    // Negative amounts crop, as torch.nn.functional.pad does: pad the positive ones, then shrink.
+    Pairs grow, bounds;
+    for (size_t i = 0; i < out.size(); ++i) {
+      auto [before, after] = padding[i];
+      grow.push_back({std::max<int64_t>(before, 0), std::max<int64_t>(after, 0)});
+      int64_t size = out[i] + grow.back().first + grow.back().second;
+      int64_t begin = std::max<int64_t>(-before, 0), end = size - std::max<int64_t>(-after, 0);
+      if (end < begin)
+        throw Error(kiln::cat("pad: padding (", before, ", ", after, ") on axis ", i, " of size ", out[i], " crops more than the axis holds"));
+      bounds.push_back({begin, end});
+    }
+    return pad(grow, value).shrink(bounds);
+  }
   for (size_t i = 0; i < out.size(); ++i) {
-    if (padding[i].first < 0 || padding[i].second < 0)
-      throw Error(kiln::cat("pad: negative padding (", padding[i].first, ", ", padding[i].second, ") on axis ", i, "; use shrink to crop"));
     out[i] += padding[i].first + padding[i].second;
     any |= padding[i].first != 0 || padding[i].second != 0;
   }

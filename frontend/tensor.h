@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "schedule/schedule.h"
@@ -90,6 +91,7 @@ class Tensor {
   Tensor tanh() const;
   Tensor leaky_relu(double slope = 0.01) const;
   Tensor gelu() const;        // exact (erf) form
+  Tensor gelu(const std::string& approximate) const;  // "none" (erf) or "tanh"
   Tensor silu() const;
   Tensor softplus(double beta = 1.0, double threshold = 20.0) const;
   Tensor erf() const;
@@ -110,6 +112,16 @@ class Tensor {
   Tensor bitwise_not() const;
   Tensor shl(int64_t bits) const;
   Tensor shr(int64_t bits) const;
+  // By a tensor of amounts (broadcast); amounts outside 0..width-1 give 0 (shr of a negative: -1).
+  Tensor shl(const Tensor& bits) const;
+  Tensor shr(const Tensor& bits) const;
+  // Division with PyTorch's rounding (frontend/tensor_division.cpp). Integer division by zero is an
+  // error (checked on the host: these wait for the divisor).
+  Tensor add(const Tensor& other, double alpha = 1.0) const;              // this + alpha * other
+  Tensor div(const Tensor& other, const std::string& rounding_mode) const;  // "trunc", "floor", or "" (true division)
+  Tensor floor_divide(const Tensor& other) const;  // div(other, "floor")
+  Tensor remainder(const Tensor& other) const;     // Python's %: the sign of other
+  Tensor fmod(const Tensor& other) const;          // C's fmod: the sign of this
 
   // --- reductions ------------------------------------------------------------------------------
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;   // {} = all axes
@@ -127,13 +139,22 @@ class Tensor {
   Tensor log_softmax(int64_t axis) const;
   Tensor logsumexp(std::vector<int64_t> axes, bool keepdim = false) const;
   Tensor cumsum(int64_t axis) const;
+  Tensor cumprod(int64_t axis) const;
+  Tensor logcumsumexp(int64_t axis) const;
+  // Sorting by comparison counts (frontend/tensor_sort.cpp): O(n^2) work along the axis, so the axis
+  // may have at most kMaxSortLength elements. Ties keep their order (stable); NaN sorts as the largest.
+  // Returns (values, int64 indices).
+  std::pair<Tensor, Tensor> sort(int64_t axis = -1, bool descending = false) const;
+  Tensor argsort(int64_t axis = -1, bool descending = false) const;
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t axis = -1, bool largest = true) const;  // sorted
+  static constexpr int64_t kMaxSortLength = 4096;
 
   // --- movement (views: no data moves) -------------------------------------------------------
   Tensor reshape(Shape shape) const;  // one -1 allowed
   Tensor permute(std::vector<int64_t> order) const;
   Tensor transpose(int64_t a, int64_t b) const;
   Tensor expand(Shape shape) const;
-  Tensor pad(Pairs padding, double value = 0.0) const;   // (before, after) per axis, >= 0
+  Tensor pad(Pairs padding, double value = 0.0) const;   // (before, after) per axis; negative crops
   Tensor shrink(Pairs bounds) const;                      // (begin, end) per axis
   Tensor flip(std::vector<int64_t> axes) const;
   Tensor contiguous() const;
@@ -148,14 +169,29 @@ class Tensor {
   std::vector<Tensor> chunk(int64_t chunks, int64_t axis = 0) const;
   Tensor repeat(std::vector<int64_t> times) const;
   Tensor gather(int64_t axis, const Tensor& index) const;
+  Tensor index_select(int64_t axis, const Tensor& index) const;  // 1-D integer index
+  // A copy of this with src's values written (scatter) or added (scatter_add) at index along axis:
+  // out[..., index[i, j], ...] = src[i, j] (torch.Tensor.scatter / scatter_add). Duplicate indices
+  // are an error for scatter (torch leaves the pick unspecified); scatter_add adds them all.
+  Tensor scatter(int64_t axis, const Tensor& index, const Tensor& src) const;
+  Tensor scatter_add(int64_t axis, const Tensor& index, const Tensor& src) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;  // mask broadcasts to this
+  Tensor triu(int64_t diagonal = 0) const;  // the last two axes
+  Tensor tril(int64_t diagonal = 0) const;
+  // int64 indices -> (..., num_classes) int64; num_classes -1 means max + 1 (reads the indices).
+  Tensor one_hot(int64_t num_classes = -1) const;
 
   Tensor matmul(const Tensor& other) const;  // torch.matmul: 1-D, 2-D and batched with broadcasting
   Tensor conv2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
                 std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1) const;
   Tensor max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
-                    std::array<int64_t, 2> padding = {0, 0}) const;
+                    std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, bool ceil_mode = false) const;
   Tensor avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
-                    std::array<int64_t, 2> padding = {0, 0}) const;
+                    std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true) const;
+  // torch.nn.functional.conv_transpose2d: weight (C, K/groups, R, S); the gradient of conv2d.
+  Tensor conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
+                          std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> output_padding = {0, 0}, int64_t groups = 1,
+                          std::array<int64_t, 2> dilation = {1, 1}) const;
   // (..., H, W) -> (..., OH, OW, KH, KW): the sliding windows, as a view.
   Tensor windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation) const;
   Tensor to(const std::string& device) const;
@@ -221,6 +257,7 @@ class Tensor {
   Operands operands(const Tensor& other, Op op, const char* name) const;
   Tensor binary(Op op, const Tensor& other, const char* name) const;
   Tensor shift(Op op, int64_t bits, const char* name) const;
+  Tensor shift_by(Op op, const Tensor& bits, const char* name) const;
   Tensor bitwise(Op op, const Tensor& other, const char* name) const;  // integer/bool operands only
   Tensor scalar_like(double s) const;
   Tensor reduce(Op op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
@@ -234,6 +271,9 @@ class Tensor {
   friend Tensor operator-(double s, const Tensor& t);
   friend Tensor operator/(double s, const Tensor& t);
 };
+
+// torch.einsum with two operands ("ij,jk->ik", "bij,bjk->bik", implicit output "ij,jk"); no "...".
+Tensor einsum(const std::string& equation, const Tensor& a, const Tensor& b);
 
 // torch.autograd.grad(create_graph=True): d(output)/d(input) for each input, as lazy tensors that can be
 // differentiated again. An input that output does not depend on gets zeros.

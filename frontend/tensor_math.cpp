@@ -180,10 +180,67 @@ Tensor Tensor::sign() const {
 }
 
 Tensor Tensor::rsqrt() const { return in_float([](const Tensor& x) { return x.sqrt().reciprocal(); }); }
-Tensor Tensor::cos() const {
-  return in_float([](const Tensor& x) { return (x.cast(to_floating(x.dtype())) * -1.0 + std::numbers::pi / 2).sin(); });
+
+namespace {
+// cos and tan from sin at x and 2x: doubling is exact and sin reduces its own argument, so they keep
+// sin's accuracy (plus a division and a rounding or two) over the whole range, next to the zeros of
+// cos included. (sin(pi/2 - x) rounds pi/2 - x first: cos(12345) was off in the third digit, and
+// tan(1.5707964f) was inf.) Where 2x would overflow (|x| >= 2^emax: 1.7e38 in float32), the
+// double-angle form 1 - 2 sin^2(x/2) is used: absolute error a few eps, not relative.
+struct Sines {
+  Tensor s, s2, zero, huge;  // sin x, sin 2x (sin(x/2) for huge x), x == 0, |x| >= 2^emax
+};
+Sines sines(const Tensor& x) {
+  double huge_from = x.dtype().scalar == ScalarType::Float64 ? std::ldexp(1.0, 1023) : std::ldexp(1.0, 127);
+  Tensor huge = x.abs().ge(x.full_like(huge_from));
+  Tensor s = x.sin();
+  // One more sine: of 2x, or of x/2 where 2x would overflow.
+  Tensor s2 = (x * huge.where(x.full_like(0.5), x.full_like(2.0))).sin();
+  return {s, s2, s.eq(x.zeros_like()), huge};
 }
-Tensor Tensor::tan() const { return in_float([](const Tensor& x) { return x.sin() / x.cos(); }); }
+// The gradient of `out` (made from x) with respect to x is g * local(x, out): cos and tan have closed
+// forms that are better conditioned than the quotient rule through sines().
+void set_elementwise_gradient(const Tensor& out, const Tensor& x, std::function<Tensor(const Tensor&, const Tensor&)> local) {
+  if (!grad_enabled() || !is_float(x.dtype())) return;  // gradients() may ask for any tensor, leaf or not
+  std::weak_ptr<const UOp> x_node = x.uop(), out_node = out.uop();
+  Shape shape = x.shape();
+  detail::set_custom_gradient(out, {x}, [=](const Tensor& g, const std::vector<bool>&) {
+    UOpPtr xu = x_node.lock(), ou = out_node.lock();
+    if (!xu || !ou) throw InternalError("an elementwise custom gradient outlived its graph");
+    Tensor xt(xu, shape), ot(ou, shape);
+    return std::vector<std::optional<Tensor>>{g * local(xt, ot).cast(g.dtype())};
+  });
+}
+}  // namespace
+
+Tensor Tensor::cos() const {
+  Tensor out = in_float([](const Tensor& t) {
+    Tensor x = t.cast(to_floating(t.dtype()));
+    Sines v = sines(x);
+    Tensor one = x.ones_like();
+    // At x = +-0 sin x is 0 and cos is 1; elsewhere sin x != 0 in floating point.
+    Tensor ratio = v.s2 / (v.zero.where(one, v.s) * 2.0);
+    Tensor doubled = one - v.s2 * v.s2 * 2.0;
+    return v.zero.where(one, v.huge.where(doubled, ratio));
+  });
+  set_elementwise_gradient(out, *this, [](const Tensor& x, const Tensor&) { return -x.cast(to_floating(x.dtype())).sin(); });
+  return out;
+}
+
+Tensor Tensor::tan() const {
+  Tensor out = in_float([](const Tensor& t) {
+    Tensor x = t.cast(to_floating(t.dtype()));
+    Sines v = sines(x);
+    // tan x = 2 sin^2 x / sin 2x, as 2 sin x (sin x / sin 2x) so that sin^2 cannot underflow for tiny
+    // x; +-0 stays +-0 (sin 2x is 0 only there).
+    Tensor ratio = v.s * 2.0 * (v.s / v.zero.where(x.ones_like(), v.s2));
+    Tensor huge = v.s / (x.ones_like() - v.s2 * v.s2 * 2.0);
+    return v.zero.where(x, v.huge.where(huge, ratio));
+  });
+  // d tan = 1 + tan^2, as torch computes it from the result.
+  set_elementwise_gradient(out, *this, [](const Tensor&, const Tensor& t) { return t * t + 1.0; });
+  return out;
+}
 Tensor Tensor::tanh() const {
   return in_float([](const Tensor& t) {
     // (1 - e^-2|x|) / (1 + e^-2|x|) with the sign of x; below |x| = 0.02 that cancels, so use the
@@ -193,9 +250,12 @@ Tensor Tensor::tanh() const {
     Tensor ax = x.abs(), e = (ax * -2.0).exp();
     Tensor big = (-e + 1.0) / (e + 1.0);
     big = x.lt(x.zeros_like()).where(-big, big);
-    Tensor x2 = x * x;
-    Tensor small = x * (x2 * (x2 * (x2 * (x2 * (62.0 / 2835.0) - 17.0 / 315.0) + 2.0 / 15.0) - 1.0 / 3.0) + 1.0);
-    return ax.lt(x.full_like(0.02)).where(small, big);
+    // The series sees 0 where it is not taken: at |x| > 1e4 its x^9 overflows, and the zero gradient
+    // where passes to the branch it does not take would meet that inf (0 * inf is NaN).
+    Tensor use_series = ax.lt(x.full_like(0.02));
+    Tensor xs = use_series.where(x, x.zeros_like()), x2 = xs * xs;
+    Tensor small = xs * (x2 * (x2 * (x2 * (x2 * (62.0 / 2835.0) - 17.0 / 315.0) + 2.0 / 15.0) - 1.0 / 3.0) + 1.0);
+    return use_series.where(small, big);
   });
 }
 Tensor Tensor::leaky_relu(double slope) const { return zeros_like().lt(*this).where(*this, *this * slope); }
@@ -204,10 +264,28 @@ Tensor Tensor::gelu() const {
   return in_float([](const Tensor& x) { return x * 0.5 * ((x * (1.0 / std::numbers::sqrt2)).erf() + 1.0); });
 }
 
+Tensor Tensor::gelu(const std::string& approximate) const {
+  if (approximate == "none") return gelu();
+  if (approximate != "tanh") throw Error(kiln::cat("gelu: approximate \"", approximate, "\" is not \"none\" or \"tanh\""));
+  return in_float([](const Tensor& x) {
+    // x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Past |x| = 10 the tanh is +-1 in float64 already;
+    // it sees +-10 there, so that x^3 cannot overflow (its gradient would be 0 * inf = NaN).
+    Tensor ten = x.full_like(10.0);
+    Tensor xc = x.abs().lt(ten).where(x, x.lt(x.zeros_like()).where(-ten, ten));
+    Tensor inner = (xc + xc * xc * xc * 0.044715) * std::sqrt(2.0 / std::numbers::pi);
+    return x * 0.5 * (inner.tanh() + 1.0);
+  });
+}
+
 Tensor Tensor::softplus(double beta, double threshold) const {
   return in_float([&](const Tensor& x) {
     Tensor bx = x * beta;
-    return x.full_like(threshold).lt(bx).where(x, (bx.exp() + 1.0).log() * (1.0 / beta));
+    // Past the threshold softplus is x. The log branch sees the threshold there rather than bx: the
+    // zero gradient where gives the branch it does not take would otherwise meet exp's overflow
+    // (0 * inf is NaN from b*x ~ 89 on in float32: BCE-with-logits' gradient at large logits).
+    Tensor linear = x.full_like(threshold).lt(bx);
+    Tensor e = linear.where(x.full_like(threshold), bx).exp();
+    return linear.where(x, (e + 1.0).log() * (1.0 / beta));
   });
 }
 
@@ -230,13 +308,23 @@ Tensor Tensor::erf() const {
   Tensor fit = x.lt(x.zeros_like()).where(-r, r);
   // Near 0, 1 - erfc loses the relative accuracy (erf(1e-4) would be off in the 4th digit): there the
   // Maclaurin series 2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)), 12 terms (below 1e-16 for |x| < 0.5).
-  Tensor x2 = x * x, term = x, series = x;
+  // The series sees 0 where it is not taken: its x^23 overflows from |x| ~ 50 on, and the gradient where
+  // passes to the branch it does not take (0) would meet that inf (0 * inf is NaN).
+  Tensor use_series = z.lt(z.full_like(0.5));
+  Tensor xs = use_series.where(x, x.zeros_like());
+  Tensor x2 = xs * xs, term = xs, series = xs;
   for (int n = 1; n < 12; ++n) {
     term = term * x2 * (-1.0 / n);
     series = series + term * (1.0 / (2 * n + 1));
   }
   series = series * (2.0 / std::sqrt(std::numbers::pi));
-  return z.lt(z.full_like(0.5)).where(series, fit);
+  return use_series.where(series, fit);
+}
+
+Tensor detail::signed_zero(const Tensor& x) {
+  DType bits = x.dtype().itemsize() == 2 ? dtypes::int16 : x.dtype().itemsize() == 4 ? dtypes::int32 : dtypes::int64;
+  Tensor negative = x.bitcast(bits).lt(Tensor::zeros({}, bits, x.device()));
+  return negative.where(x.full_like(-0.0), x.zeros_like());
 }
 
 Tensor Tensor::trunc() const { return is_float(dtype()) ? unary(Op::TRUNC) : *this; }
@@ -260,9 +348,12 @@ Tensor Tensor::round() const {
   Tensor tie = (f - *this).eq(full_like(0.5));
   Tensor odd = (f * 0.5).floor().ne(f * 0.5);
   Tensor r = tie.logical_and(odd).where(f - 1.0, f);
-  // From 2^(mantissa bits) on every value is an integer, and x + 0.5 would round: keep x.
+  // A zero result keeps x's sign, as torch.round does (-0.5, -0.4 and -0.0 round to -0).
+  r = r.eq(zeros_like()).where(detail::signed_zero(*this), r);
+  // From 2^(mantissa bits) on every value is an integer, and x + 0.5 would round: keep x (as trunc(x),
+  // which is x there, so that the gradient is 0 everywhere, as in torch).
   double integral_from = dtype().scalar == ScalarType::Float64 ? 4503599627370496.0 : 8388608.0;
-  return abs().lt(full_like(integral_from)).where(r, *this);
+  return abs().lt(full_like(integral_from)).where(r, trunc());
 }
 
 Tensor Tensor::clamp(double lo, double hi) const {

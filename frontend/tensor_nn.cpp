@@ -178,21 +178,93 @@ Tensor Tensor::conv2d(const Tensor& weight, std::optional<Tensor> bias, std::arr
   return out;
 }
 
-Tensor Tensor::max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding) const {
-  if (ndim() < 2) throw Error(kiln::cat("max_pool2d: needs (..., H, W), got ", shape_str(shape())));
-  Pairs pad(static_cast<size_t>(ndim()), {0, 0});
-  pad[pad.size() - 2] = {padding[0], padding[0]};
-  pad[pad.size() - 1] = {padding[1], padding[1]};
-  Tensor x = this->pad(pad, -std::numeric_limits<double>::infinity());
-  return x.windows(kernel, stride.value_or(kernel), {1, 1}).max({-2, -1});
+namespace {
+// PyTorch's pooled size along one axis. With ceil_mode the last window may overhang the far edge, but
+// must start inside the input or its near padding.
+int64_t pooled_size(int64_t h, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode, const char* op) {
+  if (k <= 0 || s <= 0 || d <= 0) throw Error(kiln::cat(op, ": kernel, stride and dilation must be positive, got ", k, ", ", s, ", ", d));
+  if (p < 0 || 2 * p > d * (k - 1) + 1)
+    throw Error(kiln::cat(op, ": padding ", p, " must be in 0..", (d * (k - 1) + 1) / 2, " (at most half the kernel's span ", d * (k - 1) + 1, ")"));
+  int64_t room = h + 2 * p - (d * (k - 1) + 1);
+  if (room < 0) throw Error(kiln::cat(op, ": a kernel spanning ", d * (k - 1) + 1, " does not fit in an axis of ", h, " with padding ", p));
+  int64_t out = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+  if (ceil_mode && (out - 1) * s >= h + p) --out;
+  return out;
 }
 
-Tensor Tensor::avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding) const {
-  if (ndim() < 2) throw Error(kiln::cat("avg_pool2d: needs (..., H, W), got ", shape_str(shape())));
-  Pairs pad(static_cast<size_t>(ndim()), {0, 0});
-  pad[pad.size() - 2] = {padding[0], padding[0]};
-  pad[pad.size() - 1] = {padding[1], padding[1]};
-  return this->pad(pad).windows(kernel, stride.value_or(kernel), {1, 1}).mean({-2, -1});  // count_include_pad
+// The last two axes padded for pooling: `padding` before, and after enough for every window (the
+// overhang of ceil_mode included), with `value`; also the output sizes.
+struct Pooled {
+  Pairs pad;
+  std::array<int64_t, 2> out;
+};
+Pooled pool_padding(const Shape& shape, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                    std::array<int64_t, 2> dilation, bool ceil_mode, const char* op) {
+  if (shape.size() < 2) throw Error(kiln::cat(op, ": needs (..., H, W), got ", shape_str(shape)));
+  Pooled r{Pairs(shape.size(), {0, 0}), {}};
+  for (size_t i = 0; i < 2; ++i) {
+    int64_t h = shape[shape.size() - 2 + i];
+    r.out[i] = pooled_size(h, kernel[i], stride[i], padding[i], dilation[i], ceil_mode, op);
+    int64_t needed = (r.out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1;
+    r.pad[shape.size() - 2 + i] = {padding[i], std::max(padding[i], needed - h - padding[i])};
+  }
+  return r;
+}
+}  // namespace
+
+Tensor Tensor::max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding,
+                          std::array<int64_t, 2> dilation, bool ceil_mode) const {
+  std::array<int64_t, 2> st = stride.value_or(kernel);
+  Pooled p = pool_padding(shape(), kernel, st, padding, dilation, ceil_mode, "max_pool2d");
+  double lowest_value = is_float(dtype()) ? -std::numeric_limits<double>::infinity() : as_double(lowest(dtype()));
+  return pad(p.pad, lowest_value).windows(kernel, st, dilation).max({-2, -1});
+}
+
+Tensor Tensor::avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding,
+                          bool ceil_mode, bool count_include_pad) const {
+  std::array<int64_t, 2> st = stride.value_or(kernel);
+  Pooled p = pool_padding(shape(), kernel, st, padding, {1, 1}, ceil_mode, "avg_pool2d");
+  Tensor sums = cast(to_floating(dtype())).pad(p.pad).windows(kernel, st, {1, 1}).sum({-2, -1});
+  // Each window's divisor, as PyTorch counts it: the input positions it covers, plus the padding ones
+  // with count_include_pad; never ceil_mode's overhang. Counted by pooling a map of ones.
+  int64_t h = shape()[shape().size() - 2], w = shape().back();
+  Tensor map = Tensor::ones({h, w}, sums.dtype(), device());
+  if (count_include_pad) map = map.pad({{padding[0], padding[0]}, {padding[1], padding[1]}}, 1.0);
+  Pairs rest = {p.pad[p.pad.size() - 2], p.pad.back()};
+  if (count_include_pad) rest = {{0, rest[0].second - padding[0]}, {0, rest[1].second - padding[1]}};
+  Tensor count = map.pad(rest).windows(kernel, st, {1, 1}).sum({-2, -1});
+  return (sums / count).cast(is_float(dtype()) ? dtype() : to_floating(dtype()));
+}
+
+Tensor Tensor::conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias, std::array<int64_t, 2> stride,
+                                std::array<int64_t, 2> padding, std::array<int64_t, 2> output_padding, int64_t groups,
+                                std::array<int64_t, 2> dilation) const {
+  if (ndim() != 4 || weight.ndim() != 4)
+    throw Error(kiln::cat("conv_transpose2d: input must be (N, C, H, W) and weight (C, K/groups, R, S), got ", shape_str(shape()), " and ",
+                          shape_str(weight.shape())));
+  int64_t n = shape()[0], c = shape()[1], kg = weight.shape()[1];
+  if (groups <= 0 || weight.shape()[0] != c || c % groups != 0)
+    throw Error(kiln::cat("conv_transpose2d: ", c, " input channels with groups=", groups, " need weight (", c, ", K/groups, R, S), got ",
+                          shape_str(weight.shape())));
+  Shape out{n, kg * groups, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    if (stride[i] <= 0 || dilation[i] <= 0 || padding[i] < 0)
+      throw Error(kiln::cat("conv_transpose2d: stride and dilation must be positive and padding >= 0, got ", stride[i], ", ", dilation[i], ", ",
+                            padding[i]));
+    if (output_padding[i] < 0 || output_padding[i] >= std::max(stride[i], dilation[i]))
+      throw Error(kiln::cat("conv_transpose2d: output_padding ", output_padding[i], " must be smaller than stride or dilation (",
+                            std::max(stride[i], dilation[i]), ")"));
+    out[2 + i] = (shape()[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (weight.shape()[2 + i] - 1) + output_padding[i] + 1;
+    if (out[2 + i] <= 0) throw Error(kiln::cat("conv_transpose2d: the output would have size ", out[2 + i], " on spatial axis ", i));
+  }
+  // The transposed convolution is conv2d's input gradient, the weight read as conv2d's (K=C, C/groups, R, S).
+  DType d = promote_types(dtype(), weight.dtype());
+  Tensor y = conv2d_input_grad(cast(d), weight.cast(d), out, stride, padding, dilation, groups);
+  if (bias) {
+    if (bias->shape() != Shape{out[1]}) throw Error(kiln::cat("conv_transpose2d: bias must have shape (", out[1], ",), got ", shape_str(bias->shape())));
+    y = y + bias->reshape({1, out[1], 1, 1});
+  }
+  return y;
 }
 
 }  // namespace kiln

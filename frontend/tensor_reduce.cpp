@@ -1,4 +1,6 @@
 // Tensor reductions beyond sum/max/min/mean (tensor.cpp), built from REDUCE_AXIS and elementwise ops.
+#include <cmath>
+#include <functional>
 #include <limits>
 
 #include "frontend/detail.h"
@@ -97,20 +99,34 @@ Tensor Tensor::log_softmax(int64_t axis) const {
   return x - x.logsumexp({axis}, true);
 }
 
-Tensor Tensor::cumsum(int64_t axis) const {
-  int64_t a = normalize_axis(axis, ndim(), "cumsum");
-  if (ndim() == 0) return *this;
-  // out[..., i] = sum over j <= i of x[..., j]: a masked (n x n) sum along the axis moved last.
-  Tensor x = transpose(a, -1);
+namespace {
+// out[..., i] = reduce over j <= i of x[..., j], along `axis`: x moved last and expanded to (..., n, n),
+// with the identity where j > i, reduced by `reduce`.
+Tensor cumulative(const Tensor& t, int64_t axis, double identity, const std::function<Tensor(const Tensor&)>& reduce, const char* name) {
+  int64_t a = normalize_axis(axis, t.ndim(), name);
+  if (t.ndim() == 0) return t;
+  Tensor x = t.transpose(a, -1);
   int64_t n = x.shape().back();
-  Tensor i = arange(n, dtypes::int32, device());
+  Tensor i = Tensor::arange(n, dtypes::int32, t.device());
   Tensor mask = i.reshape({1, n}).le(i.reshape({n, 1}));  // [i][j]: j <= i
   Shape expanded = x.shape();
   expanded.insert(expanded.end() - 1, n);
   Tensor xs = x.unsqueeze(-2).expand(expanded);
-  Tensor zero = xs.zeros_like();
-  Tensor summed = mask.expand(expanded).where(xs, zero).sum({-1});
-  return summed.transpose(a, -1);
+  return reduce(mask.expand(expanded).where(xs, xs.full_like(identity))).transpose(a, -1);
+}
+}  // namespace
+
+Tensor Tensor::cumsum(int64_t axis) const {
+  return cumulative(*this, axis, 0.0, [](const Tensor& x) { return x.sum({-1}); }, "cumsum");
+}
+Tensor Tensor::cumprod(int64_t axis) const {
+  return cumulative(*this, axis, 1.0, [](const Tensor& x) { return x.prod({-1}); }, "cumprod");
+}
+Tensor Tensor::logcumsumexp(int64_t axis) const {
+  if (!is_float(dtype())) throw Error(kiln::cat("logcumsumexp: needs a float tensor, got ", dtype().name()));
+  normalize_axis(axis, ndim(), "logcumsumexp");
+  if (numel() == 0) return *this;  // nothing to accumulate (logsumexp of an empty axis has no max to shift by)
+  return cumulative(*this, axis, -INFINITY, [](const Tensor& x) { return x.logsumexp({-1}); }, "logcumsumexp");
 }
 
 }  // namespace kiln

@@ -3,8 +3,10 @@
 // Runs on the default device; CTest runs it again on REF ("conformance on REF").
 #include <cmath>
 #include <functional>
+#include <numbers>
 #include <random>
 
+#include "frontend/nn.h"
 #include "frontend/tensor.h"
 #include "helpers.h"
 
@@ -353,6 +355,74 @@ TEST_CASE("autograd: second-order gradients", "[autograd]") {
       return penalty(Tensor::from_vector<double>(v, {2})).item<double>();
     };
     CHECK(got[i] == Approx((at(1e-6) - at(-1e-6)) / 2e-6).epsilon(1e-6));
+  }
+}
+
+// d/dx sum(f(x)) at each x in float32, against closed forms.
+void check_float32_grad(const char* name, const std::function<Tensor(const Tensor&)>& f, const std::vector<float>& x,
+                        const std::function<double(double)>& want) {
+  Tensor t = Tensor::from_vector(x, {int64_t(x.size())});
+  std::vector<float> got = gradients(f(t).sum(), {t})[0].to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO(name << "'(" << x[i] << ") = " << got[i] << ", want " << want(x[i]));
+    CHECK(std::isfinite(got[i]));
+    CHECK(got[i] == Approx(want(x[i])).epsilon(1e-5).margin(1e-30));
+  }
+}
+
+TEST_CASE("autograd: no NaN from the branch where does not take, where that branch overflows", "[autograd]") {
+  // where passes a zero gradient to the branch it does not take; a branch that overflows there (exp of
+  // a large argument, a series' high power) turned that 0 into 0 * inf = NaN.
+  auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  check_float32_grad("softplus", [](const Tensor& x) { return x.softplus(); }, {100, 1000, 3e38f, 19, -100, 0},
+                     [&](double v) { return v > 20 ? 1.0 : sig(v); });
+  check_float32_grad("softplus(2, 5)", [](const Tensor& x) { return x.softplus(2.0, 5.0); }, {50, 2000, 2, -60},
+                     [&](double v) { return 2 * v > 5 ? 1.0 : sig(2 * v); });
+  check_float32_grad("sigmoid", [](const Tensor& x) { return x.sigmoid(); }, {-100, -1000, 100, 0, -3},
+                     [&](double v) { return sig(v) * (1 - sig(v)); });
+  check_float32_grad("silu", [](const Tensor& x) { return x.silu(); }, {-200, -1000, 100, 0},
+                     [&](double v) { return sig(v) * (1 + v * (1 - sig(v))); });
+  check_float32_grad("tanh", [](const Tensor& x) { return x.tanh(); }, {1e5f, -1e5f, 3e38f, 0.01f, 0},
+                     [](double v) { return 1 - std::tanh(v) * std::tanh(v); });
+  check_float32_grad("erf", [](const Tensor& x) { return x.erf(); }, {60, -60, 1e20f, 0.3f, 0},
+                     [](double v) { return 2 / std::sqrt(std::numbers::pi) * std::exp(-v * v); });
+  check_float32_grad("gelu", [](const Tensor& x) { return x.gelu(); }, {100, -100, 1e6f},
+                     [](double v) { return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-v * v / 2) / std::sqrt(2 * std::numbers::pi); });
+}
+
+TEST_CASE("autograd: binary_cross_entropy_with_logits has a finite gradient at large logits", "[autograd][nn]") {
+  // Its gradient is (sigmoid(x) - y) / n; it was NaN for |x| >= ~94 in float32 (through softplus).
+  std::vector<float> x = {100, -100, 1e4f, -1e4f, 95, -95}, y = {0, 1, 1, 0, 1, 1};
+  Tensor logits = Tensor::from_vector(x, {6}), target = Tensor::from_vector(y, {6});
+  std::vector<float> got = gradients(nn::binary_cross_entropy_with_logits(logits, target), {logits})[0].to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want = (1.0 / (1.0 + std::exp(-double(x[i]))) - y[i]) / 6.0;
+    INFO("logit " << x[i] << ", target " << y[i] << ": " << got[i] << ", want " << want);
+    CHECK(got[i] == Approx(want).margin(1e-7));
+  }
+}
+
+TEST_CASE("autograd: cos and tan have their closed-form gradients, next to pi/2 and in second order", "[autograd]") {
+  check_float32_grad("cos", [](const Tensor& x) { return x.cos(); }, {0, -0.0f, 1.5707964f, 3.1415927f, 2999.5f, -12345},
+                     [](double v) { return -std::sin(v); });
+  check_float32_grad("tan", [](const Tensor& x) { return x.tan(); }, {0, 1.5707964f, -1.5707963f, 0.7f, 1000},
+                     [](double v) { return 1 + std::tan(v) * std::tan(v); });
+  // d2/dx2 cos = -cos, d2/dx2 tan = 2 tan (1 + tan^2).
+  std::vector<double> xv = {0.3, -1.2, 2.0};
+  Tensor x = Tensor::from_vector<double>(xv, {3});
+  Tensor dc = gradients(x.cos().sum(), {x})[0], dt = gradients(x.tan().sum(), {x})[0];
+  std::vector<double> dcc = gradients(dc.sum(), {x})[0].to_vector<double>(), dtt = gradients(dt.sum(), {x})[0].to_vector<double>();
+  for (size_t i = 0; i < 3; ++i) {
+    double t = std::tan(xv[i]);
+    CHECK(dcc[i] == Approx(-std::cos(xv[i])).epsilon(1e-12));
+    CHECK(dtt[i] == Approx(2 * t * (1 + t * t)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("autograd: round, floor, ceil and trunc have zero gradient everywhere, as in PyTorch", "[autograd]") {
+  for (auto f : {+[](const Tensor& x) { return x.round(); }, +[](const Tensor& x) { return x.floor(); },
+                 +[](const Tensor& x) { return x.ceil(); }, +[](const Tensor& x) { return x.trunc(); }}) {
+    check_float32_grad("rounding", f, {0.3f, -2.5f, 1e9f, -1e9f, 0}, [](double) { return 0.0; });
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <functional>
+#include <numbers>
 #include <random>
 
 #include "frontend/tensor.h"
@@ -192,6 +193,133 @@ TEST_CASE("exp2 in float32 is within 3 ulps over its whole range, subnormal resu
     worst = std::max(worst, d);
   }
   CHECK(worst <= 3);
+}
+
+// ulps of each f(x) from the float64 result of `want`, rounded once to float32; returns the worst.
+int64_t worst_ulps(const std::vector<float>& x, const std::vector<float>& got, double (*want)(double), const char* name, int64_t limit) {
+  REQUIRE(got.size() == x.size());
+  int64_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    float w = static_cast<float>(want(double(x[i])));
+    INFO(name << "(" << x[i] << ") = " << got[i] << ", want " << w);
+    int64_t d = ulps_apart(got[i], w);
+    CHECK(d <= limit);
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+// Arguments for sin, cos and tan: a sweep, the floats next to odd multiples of pi/2 (zeros of cos,
+// poles of tan), and the specials. Up to |x| = 3000 so that 2x stays in the range where every
+// device's sin reduces exactly (SPIR-V's own sin, lower/renderers/spirv_math.h); the rest of the range
+// is checked against libtorch on the CPU (tests/torch/test_math.cpp).
+std::vector<float> trig_arguments() {
+  std::vector<float> x;
+  for (float v = -3000.0f; v <= 3000.0f; v += 1.37f) x.push_back(v);
+  for (float v = -7.0f; v <= 7.0f; v += 0.0071f) x.push_back(v);
+  for (int k = -950; k <= 950; k += 19) {
+    float near = static_cast<float>((k + 0.5) * std::numbers::pi);
+    x.push_back(near);
+    x.push_back(std::nextafter(near, 0.0f));
+    x.push_back(std::nextafter(near, 1e9f));
+  }
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, 1.5707964f, -1.5707964f, 1.5707963f, 3.1415927f, 4.712389f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()})
+    x.push_back(v);
+  return x;
+}
+
+// sin is the device's (correctly rounded or within an ulp or two: OpenCL allows 4); cos and tan add the
+// roundings of a second sine, a product and a division (measured worst: cos 3, tan 4 on PoCL).
+TEST_CASE("sin, cos and tan in float32 are within 3, 4 and 5 ulps, next to the zeros of cos and specials included", "[ops]") {
+  // cos(x) was sin(pi/2 - x) with the subtraction rounded: ~|x| eps absolute, so cos(2999.9) lost four
+  // digits and tan(1.5707964f) was inf (true -22877332).
+  std::vector<float> x = trig_arguments();
+  Tensor t = Tensor::from_vector(x, {int64_t(x.size())});
+  std::vector<Tensor> outs = {t.sin(), t.cos(), t.tan()};
+  realize_all(outs);
+  CHECK(worst_ulps(x, outs[0].to_vector<float>(), [](double v) { return std::sin(v); }, "sin", 3) <= 3);
+  CHECK(worst_ulps(x, outs[1].to_vector<float>(), [](double v) { return std::cos(v); }, "cos", 4) <= 4);
+  CHECK(worst_ulps(x, outs[2].to_vector<float>(), [](double v) { return std::tan(v); }, "tan", 5) <= 5);
+  CHECK(std::signbit(outs[2].to_vector<float>()[x.size() - 12]));  // tan(-0) is -0
+}
+
+// Every float32 binade from the smallest subnormal to the largest value, a few mantissas each, both
+// signs, and the specials.
+std::vector<float> all_binades() {
+  std::vector<float> x = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()};
+  for (int e = -149; e <= 127; ++e)
+    for (double m : {1.0, 1.2345678, 1.5, 1.7071067, 1.9999999})
+      for (float sign : {1.0f, -1.0f}) x.push_back(sign * static_cast<float>(std::ldexp(m, e)));
+  return x;
+}
+std::vector<float> sweep(float lo, float hi, float step) {
+  std::vector<float> x;
+  for (float v = lo; v <= hi; v += step) x.push_back(v);
+  return x;
+}
+
+TEST_CASE("the other float32 transcendentals stay within their ulps over the whole range, specials included", "[ops]") {
+  // The bound of each composite: log = log2(x) ln2 and rsqrt = 1/sqrt(x) add a rounding to a correctly
+  // rounded primitive or two; tanh = (1 - e) / (1 + e) turns e's ulp into up to 1/(2|x|) ulps for
+  // 0.02 <= |x| (25 at worst); sigmoid = 1/(1 + e^-|x|) and exp = exp2(x log2 e) carry the product's
+  // rounding, eps |x log2 e| / 2, into the result: up to 15 ulps at |x| = 20 (exp is checked on
+  // |x| <= 20 here, the rest of its range by the exp2 test and libtorch's); erf is a fit with relative
+  // error below 1.2e-7 (a few ulps). Measured on CPU, REF, OpenCL and Vulkan: sqrt 0, rsqrt 1, log2 1,
+  // log 1, exp 15, tanh 5, sigmoid 15, erf 2.
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&)> f;
+    double (*want)(double);
+    std::vector<float> x;
+    int64_t ulps;
+  };
+  std::vector<float> wide = all_binades();
+  std::vector<float> moderate = sweep(-20.0f, 20.0f, 0.0173f);
+  moderate.insert(moderate.end(), wide.begin(), wide.begin() + 7);
+  for (float v : wide) if (std::fabs(v) < 1e-3f) moderate.push_back(v);
+  const std::vector<Case> cases = {
+      {"sqrt", [](const Tensor& t) { return t.sqrt(); }, [](double v) { return std::sqrt(v); }, wide, 1},
+      {"rsqrt", [](const Tensor& t) { return t.rsqrt(); }, [](double v) { return 1 / std::sqrt(v); }, wide, 2},
+      {"log2", [](const Tensor& t) { return t.log2(); }, [](double v) { return std::log2(v); }, wide, 2},
+      {"log", [](const Tensor& t) { return t.log(); }, [](double v) { return std::log(v); }, wide, 2},
+      {"exp", [](const Tensor& t) { return t.exp(); }, [](double v) { return std::exp(v); }, moderate, 20},
+      {"tanh", [](const Tensor& t) { return t.tanh(); }, [](double v) { return std::tanh(v); }, wide, 25},
+      {"sigmoid", [](const Tensor& t) { return t.sigmoid(); }, [](double v) { return 1 / (1 + std::exp(-v)); }, moderate, 20},
+      {"erf", [](const Tensor& t) { return t.erf(); }, [](double v) { return std::erf(v); }, wide, 4},
+  };
+  std::vector<Tensor> outs;
+  for (const Case& c : cases) outs.push_back(c.f(Tensor::from_vector(c.x, {int64_t(c.x.size())})));
+  realize_all(outs);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    int64_t worst = worst_ulps(cases[i].x, outs[i].to_vector<float>(), cases[i].want, cases[i].name, cases[i].ulps);
+    INFO(cases[i].name << ": worst " << worst << " ulps");
+    CHECK(worst <= cases[i].ulps);
+  }
+}
+
+TEST_CASE("cos and tan in float64 keep their accuracy next to pi/2", "[ops]") {
+  std::vector<double> x = {1.5707963267948966, 1.5707963267948968, -1.5707963267948966, 2000.0, -2999.5, 4.71238898038469, 0.0};
+  Tensor t = Tensor::from_vector(x, {int64_t(x.size())});
+  std::vector<double> c = t.cos().to_vector<double>(), tn = t.tan().to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("x = " << x[i] << ": cos " << c[i] << " want " << std::cos(x[i]) << ", tan " << tn[i] << " want " << std::tan(x[i]));
+    CHECK(c[i] == Approx(std::cos(x[i])).epsilon(1e-14).margin(0));
+    CHECK(tn[i] == Approx(std::tan(x[i])).epsilon(1e-14).margin(0));
+  }
+}
+
+TEST_CASE("round keeps the sign of a zero result, as torch.round does", "[ops]") {
+  std::vector<float> x = {-0.0f, -0.4f, -0.5f, -0.49999997f, 0.0f, 0.4f, 0.5f, -1.5f, -2.5f, 2.5f, -1e-30f, -8388609.0f};
+  std::vector<float> got = Tensor::from_vector(x, {int64_t(x.size())}).round().to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    float want = std::nearbyint(x[i]);  // round to nearest even, sign kept
+    INFO("round(" << x[i] << ") = " << got[i] << ", want " << want);
+    CHECK(got[i] == want);
+    CHECK(std::signbit(got[i]) == std::signbit(want));
+  }
 }
 
 TEST_CASE("binary ops broadcast and promote like PyTorch", "[ops]") {

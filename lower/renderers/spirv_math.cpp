@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "uop/error.h"
 
@@ -22,13 +23,6 @@ int exponent_bias(int width) { return width == 32 ? 127 : 1023; }
 // pi/2 to the precision of long double (64 bits on x86), from its decimal expansion.
 constexpr long double kHalfPi = 1.57079632679489661923132169163975144209858L;
 constexpr long double kLn2 = 0.693147180559945309417232121458176568075500L;
-
-// v with only its `bits` leading significant bits kept (truncated): k * part is then exact for small k.
-long double leading_bits(long double v, int bits) {
-  int e = 0;
-  std::frexp(v, &e);
-  return std::ldexp(std::floor(std::ldexp(v, bits - e)), e - bits);
-}
 
 }  // namespace
 
@@ -102,19 +96,21 @@ Id SpirvMath::log2_body(Id x, int width) {
   return select(t, m_.op(SOp::OpIsNan, m_.type_bool(), {x}), x, value);
 }
 
-// sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 in three parts (Cody-Waite: k*part is exact
-// for |k| below 2^12 / 2^21), then sin or cos of r by Taylor series on |r| <= pi/4, picked and signed
-// by k mod 4. inf and NaN give NaN.
+// sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 in parts (Cody-Waite: k*part is exact for |k|
+// below 2^12 / 2^21), then sin or cos of r by Taylor series on |r| <= pi/4, picked and signed by k mod
+// 4. inf and NaN give NaN. The parts hold pi/2 to 78 / 149 bits, so that r keeps its relative
+// accuracy next to multiples of pi/2 too, where it is tiny (cos and tan divide by sin 2x there); they
+// are written out because long double holds only 64 bits of pi/2.
+constexpr double kHalfPiParts32[] = {0x1.92p+0, 0x1.fb4p-12, 0x1.444p-24, 0x1.68cp-39, 0x1.1a6264p-54};
+constexpr double kHalfPiParts64[] = {0x1.921fb544p+0, 0x1.0b4611a6p-34, 0x1.3198a2ep-69, 0x1.b839a252049c1p-104};
 Id SpirvMath::sin_body(Id x, int width) {
   Id t = f(width), b = m_.type_bool();
-  int part_bits = width == 32 ? 12 : 32;
-  long double p1 = leading_bits(kHalfPi, part_bits), p2 = leading_bits(kHalfPi - p1, part_bits);
-  long double p3 = kHalfPi - p1 - p2;
+  std::span<const double> parts = width == 32 ? std::span<const double>(kHalfPiParts32) : std::span<const double>(kHalfPiParts64);
   Id finite = cmp(SOp::OpFOrdLessThan, m_.glsl(GLSLstd450FAbs, t, {x}), fc(width, INFINITY));
   Id xs = select(t, finite, x, fc(width, 0));
   Id k = m_.glsl(GLSLstd450RoundEven, t, {bin(SOp::OpFMul, t, xs, fc(width, static_cast<double>(1.0L / kHalfPi)))});
   Id r = xs;
-  for (long double part : {p1, p2, p3}) r = bin(SOp::OpFSub, t, r, bin(SOp::OpFMul, t, k, fc(width, static_cast<double>(part))));
+  for (double part : parts) r = bin(SOp::OpFSub, t, r, bin(SOp::OpFMul, t, k, fc(width, part)));
   Id quarter = m_.glsl(GLSLstd450Floor, t, {bin(SOp::OpFMul, t, k, fc(width, 0.25))});
   Id q = m_.op(SOp::OpConvertFToS, s(32), {bin(SOp::OpFSub, t, k, bin(SOp::OpFMul, t, quarter, fc(width, 4)))});
   Id z = bin(SOp::OpFMul, t, r, r);

@@ -8,8 +8,9 @@
 // Why not GLSL.std.450: its Exp2/Log2/Sin/Pow take 16- and 32-bit floats only, Vulkan allows them
 // errors far beyond kiln's tests (Sin: 2^-11 absolute), and Pow is undefined for x < 0. These are
 // Cody-Waite reductions and Taylor polynomials with enough terms for 32- or 64-bit results (about
-// 1-2 ulp; sin reduces exactly for |x| below ~6e3 in float32 and ~3e6 in float64, and loses precision
-// gradually beyond). Each is branch-free and follows C's special cases (NaN, inf, signed zero).
+// 1-2 ulp; sin reduces exactly for |x| below ~6e3 in float32 and ~3e6 in float64, next to multiples of
+// pi/2 included, and loses precision gradually beyond). Each is branch-free and follows C's special
+// cases (NaN, inf, signed zero).
 #pragma once
 #include <map>
 #include <utility>

@@ -1,0 +1,179 @@
+// The ops added for PyTorch users (division with rounding, shifts by tensors, indexing, sorting,
+// einsum, cumulative ops, pooling options, conv_transpose2d, unfold, interpolate), on small inputs
+// with values worked out by hand from PyTorch's documented semantics. [ops]: the conformance suite
+// runs these on every device; tests/torch/test_ops_extra.cpp holds them to libtorch on random inputs.
+#include <cmath>
+#include <limits>
+
+#include "frontend/nn.h"
+#include "frontend/tensor.h"
+#include "helpers.h"
+
+using namespace kiln;
+
+namespace {
+
+template <typename T>
+Tensor vec(std::vector<T> v, Shape shape = {}) {
+  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+  return Tensor::from_vector<T>(v, shape);
+}
+
+template <typename T>
+void check_values(Tensor got, const std::vector<T>& want) {
+  std::vector<T> g = got.to_vector<T>();
+  INFO("got " << Catch::Detail::stringify(g) << ", want " << Catch::Detail::stringify(want));
+  REQUIRE(g.size() == want.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(want[i])) {
+        CHECK(std::isnan(g[i]));
+      } else {
+        CHECK(g[i] == Approx(want[i]).epsilon(1e-6).margin(1e-6));
+      }
+    } else {
+      CHECK(g[i] == want[i]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("div rounding modes, floor_divide, remainder and fmod follow PyTorch's signs", "[ops]") {
+  Tensor a = vec<int32_t>({7, -7, 7, -7, 0}), b = vec<int32_t>({2, 2, -2, -2, 3});
+  check_values<int32_t>(a.div(b, "trunc"), {3, -3, -3, 3, 0});
+  check_values<int32_t>(a.div(b, "floor"), {3, -4, -4, 3, 0});
+  check_values<int32_t>(a.floor_divide(b), {3, -4, -4, 3, 0});
+  check_values<int32_t>(a.remainder(b), {1, 1, -1, -1, 0});
+  check_values<int32_t>(a.fmod(b), {1, -1, 1, -1, 0});
+  Tensor x = vec<float>({5.5f, -5.5f, 5.5f, -5.5f, 1.0f, 3.0f, -3.0f, 1.0f}), y = vec<float>({2, 2, -2, -2, 0.1f, INFINITY, INFINITY, 0});
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  check_values<float>(x.div(y, "trunc"), {2, -2, -2, 2, 10, 0, -0.0f, inf});
+  check_values<float>(x.div(y, "floor"), {2, -3, -3, 2, 9, 0, -1, inf});  // 1 // 0.1 is 9 (0.1 is a bit above 1/10)
+  check_values<float>(x.remainder(y), {1.5f, 0.5f, -0.5f, -1.5f, 0.099999987f, 3, inf, nan});
+  check_values<float>(x.fmod(y), {1.5f, -1.5f, 1.5f, -1.5f, 0.099999987f, 3, -3, nan});
+  CHECK_THROWS_AS(a.div(vec<int32_t>({1, 0, 1, 1, 1}), "floor"), Error);
+  // Read through a pad (cat pads each piece), the divisor is 0 outside its piece, and the kernel still
+  // computes the division there: it must not trap (SIGFPE).
+  Tensor joined = Tensor::cat({a.remainder(b), a.div(b, "floor"), a.fmod(b)});
+  check_values<int32_t>(joined, {1, 1, -1, -1, 0, 3, -4, -4, 3, 0, 1, -1, 1, -1, 0});
+  CHECK_THROWS_AS(a.div(b, "nearest"), Error);
+  check_values<float>(vec<float>({1, 2}).add(vec<float>({3, 4}), -2), {-5, -6});
+}
+
+TEST_CASE("shifts by a tensor of amounts, out of range amounts included", "[ops]") {
+  Tensor x = vec<int32_t>({1, -8, 3, -1, 5}), n = vec<int32_t>({4, 1, 31, 40, -1});
+  check_values<int32_t>(x.shl(n), {16, -16, INT32_MIN, 0, 0});
+  check_values<int32_t>(x.shr(n), {0, -4, 0, -1, 0});
+  check_values<uint8_t>(vec<uint8_t>({255, 16}).shr(vec<uint8_t>({4, 9})), {15, 0});
+}
+
+TEST_CASE("gelu with the tanh approximation, and its gradient at large inputs", "[ops]") {
+  Tensor x = vec<double>({-1, 0, 0.5, 100, -100});
+  auto want = [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); };
+  check_values<double>(x.gelu("tanh"), {want(-1), 0, want(0.5), 100, -0.0});
+  Tensor big = vec<float>({1e20f, -1e20f});
+  check_values<float>(gradients(big.gelu("tanh").sum(), {big})[0], {1, 0});
+}
+
+TEST_CASE("index_select, scatter, scatter_add, masked_fill, one_hot, triu and tril", "[ops]") {
+  Tensor x = vec<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  check_values<float>(x.index_select(1, vec<int64_t>({2, 0, 2})), {3, 1, 3, 6, 4, 6});
+  check_values<float>(x.index_select(0, vec<int32_t>({1})), {4, 5, 6});
+  Tensor src = vec<float>({10, 20, 30, 40}, {2, 2});
+  check_values<float>(x.scatter(1, vec<int64_t>({2, 0, 1, 2}, {2, 2}), src), {20, 2, 10, 4, 30, 40});
+  check_values<float>(x.scatter_add(1, vec<int64_t>({2, 2, 0, 0}, {2, 2}), src), {1, 2, 33, 74, 5, 6});
+  check_values<float>(x.masked_fill(vec<uint8_t>({1, 0, 1}).cast(dtypes::bool_), -1), {-1, 2, -1, -1, 5, -1});
+  check_values<int64_t>(vec<int32_t>({2, 0}).one_hot(3), {0, 0, 1, 1, 0, 0});
+  Tensor m = Tensor::ones({3, 3});
+  check_values<float>(m.triu(1), {0, 1, 1, 0, 0, 1, 0, 0, 0});
+  check_values<float>(m.tril(-1), {0, 0, 0, 1, 0, 0, 1, 1, 0});
+  CHECK_THROWS_AS(x.index_select(1, vec<int64_t>({3})), Error);
+  CHECK_THROWS_AS(x.scatter(1, vec<int64_t>({0, 0}, {1, 2}), src), Error);
+  // Gradients: index_select adds up repeated picks; scatter's src gets the gradient of where it landed.
+  Tensor g = gradients((x.index_select(1, vec<int64_t>({2, 2, 0})) * vec<float>({1, 2, 3, 4, 5, 6}, {2, 3})).sum(), {x})[0];
+  check_values<float>(g, {3, 0, 3, 6, 0, 9});
+  Tensor s = vec<float>({10, 20}, {1, 2});
+  check_values<float>(gradients((x.scatter(1, vec<int64_t>({2, 0}, {1, 2}), s) * x).sum(), {s})[0], {3, 1});
+}
+
+TEST_CASE("sort, argsort and topk: stable ties, NaN last, values moved bit for bit", "[ops]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Tensor x = vec<float>({3, nan, -inf, 1, 3, -0.0f, 0.0f, 1});
+  auto [v, i] = x.sort();
+  check_values<float>(v, {-inf, -0.0f, 0.0f, 1, 1, 3, 3, nan});
+  check_values<int64_t>(i, {2, 5, 6, 3, 7, 0, 4, 1});
+  CHECK(std::signbit(v.to_vector<float>()[1]));
+  check_values<int64_t>(x.argsort(0, true), {1, 0, 4, 3, 7, 5, 6, 2});
+  auto [tv, ti] = vec<int32_t>({4, 9, 1, 9, 7}).topk(3);
+  check_values<int32_t>(tv, {9, 9, 7});
+  check_values<int64_t>(ti, {1, 3, 4});
+  Tensor y = vec<double>({2, 5, 1, 4, 3, 6}, {2, 3});
+  check_values<double>(y.sort(0, true).first, {4, 5, 6, 2, 3, 1});
+  check_values<double>(gradients((y.topk(2, 1).first * vec<double>({1, 2, 3, 4}, {2, 2})).sum(), {y})[0], {2, 1, 0, 4, 0, 3});
+}
+
+TEST_CASE("einsum over two operands", "[ops]") {
+  Tensor a = vec<float>({1, 2, 3, 4, 5, 6}, {2, 3}), b = vec<float>({1, 0, -1, 2, 1, 1}, {3, 2});
+  check_values<float>(einsum("ij,jk->ik", a, b), {2, 7, 5, 16});
+  check_values<float>(einsum("ij,jk", a, b), {2, 7, 5, 16});
+  check_values<float>(einsum("ij,ij->i", a, a), {14, 77});
+  check_values<float>(einsum("ij,kj->ki", a, a).reshape({4}), {14, 32, 32, 77});
+  CHECK_THROWS_AS(einsum("ij,jk->ik", a, a), Error);
+}
+
+TEST_CASE("cumprod and logcumsumexp", "[ops]") {
+  Tensor x = vec<double>({2, 0, 3, -1});
+  check_values<double>(x.cumprod(0), {2, 0, 0, 0});
+  // d/dx_j sum_i cumprod_i: the products of the others in every prefix that holds x_j, zeros included.
+  check_values<double>(gradients(x.cumprod(0).sum(), {x})[0], {1, 2, 0, 0});
+  Tensor y = vec<double>({0, std::log(3.0), -INFINITY});
+  check_values<double>(y.logcumsumexp(0), {0, std::log(4.0), std::log(4.0)});
+}
+
+TEST_CASE("pooling with dilation, ceil_mode and count_include_pad", "[ops]") {
+  Tensor x = Tensor::arange(0, 16, 1, dtypes::float32).reshape({1, 1, 4, 4});
+  // Dilation 2: each 2x2 window takes every other row and column.
+  check_values<float>(x.max_pool2d({2, 2}, std::array<int64_t, 2>{1, 1}, {0, 0}, {2, 2}), {10, 11, 14, 15});
+  // ceil_mode: a 3rd, overhanging window per axis (rows 4..5 do not exist).
+  check_values<float>(x.max_pool2d({2, 2}, std::array<int64_t, 2>{3, 3}, {0, 0}, {1, 1}, true), {5, 7, 13, 15});
+  // Padding 1, kernel 2, stride 2: corner windows hold one input value; excluding the padding it is the mean.
+  check_values<float>(x.avg_pool2d({2, 2}, std::nullopt, {1, 1}, false, false), {0, 1.5f, 3, 6, 7.5f, 9, 12, 13.5f, 15});
+  check_values<float>(x.avg_pool2d({2, 2}, std::nullopt, {1, 1}, false, true), {0, 0.75f, 0.75f, 3, 7.5f, 4.5f, 3, 6.75f, 3.75f});
+  check_values<float>(x.avg_pool2d({3, 3}, std::array<int64_t, 2>{2, 2}, {0, 0}, true, true), {5, 6.5f, 11, 12.5f});
+}
+
+TEST_CASE("conv_transpose2d is the adjoint of conv2d", "[ops]") {
+  // <conv2d(x, w), y> = <x, conv_transpose2d(y, w)> for every x, y: the defining property.
+  Tensor::manual_seed(5);
+  Tensor x = Tensor::randn({1, 2, 5, 4}, dtypes::float64), w = Tensor::randn({3, 2, 3, 2}, dtypes::float64);
+  Tensor y = Tensor::randn({1, 3, 2, 3}, dtypes::float64);
+  double lhs = (x.conv2d(w, std::nullopt, {2, 1}, {0, 0}) * y).sum().item<double>();
+  double rhs = (x * y.conv_transpose2d(w, std::nullopt, {2, 1}, {0, 0}, {0, 0})).sum().item<double>();
+  CHECK(lhs == Approx(rhs).epsilon(1e-12));
+  CHECK(y.conv_transpose2d(w, std::nullopt, {2, 1}).shape() == Shape{1, 2, 5, 4});
+}
+
+TEST_CASE("unfold, interpolate and pad with negative amounts", "[ops]") {
+  Tensor x = Tensor::arange(0, 6, 1, dtypes::float32).reshape({1, 1, 2, 3});
+  check_values<float>(nn::unfold(x, {2, 2}), {0, 1, 1, 2, 3, 4, 4, 5});
+  check_values<float>(nn::interpolate(x, {2, 6}, "nearest").reshape({12}), {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5});
+  check_values<float>(nn::interpolate(x, {3, 3}, "bilinear", true).reshape({9}), {0, 1, 2, 1.5f, 2.5f, 3.5f, 3, 4, 5});
+  check_values<float>(nn::interpolate(x, {1, 3}, "bilinear").reshape({3}), {1.5f, 2.5f, 3.5f});
+  check_values<float>(x.reshape({2, 3}).pad({{0, 0}, {-1, 1}}, 9), {1, 2, 9, 4, 5, 9});
+}
+
+TEST_CASE("the new ops on size-0 axes", "[ops]") {
+  Tensor empty = Tensor::zeros({2, 0});
+  auto [v, i] = empty.sort(1);
+  CHECK(v.shape() == Shape{2, 0});
+  CHECK(i.shape() == Shape{2, 0});
+  CHECK(empty.topk(0, 1).first.shape() == Shape{2, 0});
+  CHECK(empty.cumprod(1).shape() == Shape{2, 0});
+  CHECK(empty.logcumsumexp(1).shape() == Shape{2, 0});
+  check_values<float>(einsum("ij,jk->ik", empty, Tensor::zeros({0, 3})), {0, 0, 0, 0, 0, 0});
+  CHECK(empty.triu().shape() == Shape{2, 0});
+  check_values<float>(Tensor::ones({2, 2}).scatter_add(1, Tensor::zeros({2, 0}, dtypes::int64), empty), {1, 1, 1, 1});
+  CHECK(empty.remainder(Tensor::ones({2, 0})).shape() == Shape{2, 0});
+  CHECK(Tensor::zeros({2, 0}, dtypes::int32).div(Tensor::zeros({2, 0}, dtypes::int32), "floor").shape() == Shape{2, 0});
+}
