@@ -189,6 +189,9 @@ BatchIterator::BatchIterator(std::vector<HostTensor> arrays, int64_t batch_size,
       throw Error(cat("BatchIterator: array ", i, " has ", a.shape[0], " samples (shape ", shape_str(a.shape), ") but array 0 has ",
                       samples_, "; every array needs the same first dimension"));
     row_bytes_.push_back(samples_ == 0 ? 0 : host_bytes(a) / static_cast<size_t>(samples_));
+    if (samples_ > 0 && row_bytes_.back() == 0)
+      throw Error(cat("BatchIterator: array ", i, " has shape ", shape_str(a.shape), ": each of its ", samples_,
+                      " samples is 0 bytes; every array needs data per sample (a corrupt file?)"));
   }
   if (batches_per_epoch() == 0)
     throw Error(cat("BatchIterator: ", samples_, " samples make no batch of ", batch_size, drop_last ? " with drop_last" : "",
