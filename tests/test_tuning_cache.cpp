@@ -2,6 +2,7 @@
 // file's round trip, two writer processes at once, bad files, export/import and verify.
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -232,6 +233,39 @@ TEST_CASE("two processes storing at once both keep every entry", "[cache]") {
   CHECK(cache.warnings().empty());
   CHECK(set_aside(dir).empty());
   for (const std::string& name : dir.files()) CHECK_FALSE(contains(name, ".tmp-"));  // no temp file left behind
+}
+
+TEST_CASE("a writer killed with SIGKILL mid-store leaves a cache that loads with every earlier entry", "[cache]") {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  for (int round = 0; round < 4; ++round) {
+    int before = static_cast<int>(TuningCache(file).entries().size());
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the child stores new entries until it is killed
+      try {
+        TuningCache cache(file);
+        for (int i = before;; ++i) cache.store(fake_key(i), fake_entry(i));
+      } catch (...) {
+      }
+      _exit(1);
+    }
+    // Kill it a little later each round, while it is rewriting the file (a store takes well under 1 ms).
+    usleep(static_cast<useconds_t>(20000 + 15000 * round));
+    REQUIRE(kill(pid, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFSIGNALED(status));
+    TuningCache cache(file);
+    int n = static_cast<int>(cache.entries().size());
+    INFO("round " << round << ": " << before << " entries before, " << n << " after; " << all_warnings(cache));
+    CHECK(cache.warnings().empty());
+    CHECK(n > before);
+    for (int i = 0; i < n; ++i) CHECK(cache.lookup(fake_key(i)));  // the entries are 0..n-1: none lost
+    cache.store(fake_key(n), fake_entry(n));  // the dead writer's lock went with it
+    CHECK(TuningCache(file).entries().size() == static_cast<size_t>(n + 1));
+  }
+  CHECK(set_aside(dir).empty());
 }
 
 // The bad files: each is reported, never trusted, and set aside (not destroyed) by the next store.
