@@ -77,6 +77,18 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   st.data = {count(meta, "data.seed", path, UINT64_MAX), signed_count(meta, "data.epoch", path), signed_count(meta, "data.position", path)};
   st.rng = {count(meta, "rng.seed", path, UINT64_MAX), count(meta, "rng.counter", path, UINT64_MAX)};
   st.scheduler_count = signed_count(meta, "scheduler.count", path);
+  // The optimizer checks each state tensor's shape against its parameter, not its dtype.
+  for (const auto& [name, t] : optim_state) {
+    size_t dot = name.rfind('.');
+    uint64_t i = 0;
+    const char* digits = name.data() + dot + 1;
+    if (dot == std::string::npos || std::from_chars(digits, name.data() + name.size(), i).ptr != name.data() + name.size() ||
+        i >= opt.params().size())
+      continue;  // a name that fits no parameter: load_state_dict names it
+    if (t.dtype() != opt.params()[i].dtype())
+      throw Error(kiln::cat("load_checkpoint: ", path, ": optimizer state \"", name.substr(0, 80), "\" is ", t.dtype().name(),
+                            " but parameter ", i, " is ", opt.params()[i].dtype().name(), "; write the checkpoint again with --save"));
+  }
   model.load_state_dict(model_state, true);
   opt.load_state_dict(optim_state, optim_steps);
   for (auto& [k, v] : meta) st.extra.emplace(k, v);

@@ -59,5 +59,19 @@ TEST_CASE("a checkpoint with a negative or malformed count is refused, naming th
   CHECK_THROWS_WITH(load_checkpoint(path, *s.model, s.opt), Contains("not a whole number in 0..4611686018427387904"));
 }
 
+TEST_CASE("a checkpoint whose optimizer state has another dtype than its parameter is refused", "[checkpoint]") {
+  TempDir dir;
+  std::string path = (dir.path / "run.safetensors").string();
+  auto model = std::make_shared<nn::Linear>(2, 2);
+  optim::AdamW opt(model->parameters(), 1e-3);
+  save_checkpoint(path, *model, opt, {0, {0, 0, 0}, {1, 2}, 0, {}});
+  SafetensorsData file = load_safetensors(path);
+  file.tensors["optim.exp_avg.0"] = Tensor::zeros({2, 2}, dtypes::int8);
+  file.tensors["optim.exp_avg_sq.0"] = Tensor::zeros({2, 2}, dtypes::float32);
+  save_safetensors(path, file.tensors, file.metadata);
+  CHECK_THROWS_WITH(load_checkpoint(path, *model, opt),
+                    Contains(path) && Contains("optimizer state \"exp_avg.0\" is int8 but parameter 0 is float32"));
+}
+
 }  // namespace
 }  // namespace kiln
