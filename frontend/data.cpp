@@ -155,8 +155,9 @@ Tensor HostTensor::to_tensor(const std::string& device) const {
   return Tensor::from_raw(data.data(), dtype, shape, device);
 }
 
-HostTensor read_idx(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file(path);
+HostTensor read_idx(const std::string& path) { return parse_idx(read_file(path), path); }
+
+HostTensor parse_idx(std::vector<uint8_t> bytes, const std::string& path) {
   if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) bytes = gunzip(bytes, path);
   std::optional<IdxHeader> header = parse_idx_header(bytes, path);
   if (!header) fail_idx(path, cat("truncated header: only ", bytes.size(), " bytes"));
