@@ -80,11 +80,10 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   // The optimizer checks each state tensor's shape against its parameter, not its dtype.
   for (const auto& [name, t] : optim_state) {
     size_t dot = name.rfind('.');
+    if (dot == std::string::npos) continue;  // a name that fits no parameter: load_state_dict names it
     uint64_t i = 0;
-    const char* digits = name.data() + dot + 1;
-    if (dot == std::string::npos || std::from_chars(digits, name.data() + name.size(), i).ptr != name.data() + name.size() ||
-        i >= opt.params().size())
-      continue;  // a name that fits no parameter: load_state_dict names it
+    const char* end = name.data() + name.size();
+    if (std::from_chars(name.data() + dot + 1, end, i).ptr != end || i >= opt.params().size()) continue;
     if (t.dtype() != opt.params()[i].dtype())
       throw Error(kiln::cat("load_checkpoint: ", path, ": optimizer state \"", name.substr(0, 80), "\" is ", t.dtype().name(),
                             " but parameter ", i, " is ", opt.params()[i].dtype().name(), "; write the checkpoint again with --save"));

@@ -19,6 +19,10 @@ TARGETS="safetensors idx idx_gzip tuning_cache checkpoint kernel_text"
 [ $# -ge 1 ] && TARGETS=$1
 SECONDS_EACH=${2:-${FUZZ_SECONDS:-25}}
 JOBS=${JOBS:-$(nproc)}
+# The targets that read paths write scratch files (and the tuning cache fsyncs): on tmpfs when there is
+# one. Compiled kernels go to the build folder, not to the user's cache.
+[ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=${TMPDIR:-/dev/shm}
+export KILN_CACHE_DIR=$PWD/build-fuzz/kiln-cache
 GENERATOR=$(command -v ninja >/dev/null 2>&1 && echo "-G Ninja" || true)
 test -f build-fuzz/CMakeCache.txt ||
   cmake -S . -B build-fuzz $GENERATOR -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$CXX_FUZZ" -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF

@@ -250,8 +250,10 @@ TEST_CASE("a writer killed with SIGKILL mid-store leaves a cache that loads with
       }
       _exit(1);
     }
-    // Kill it a little later each round, while it is rewriting the file (a store takes well under 1 ms).
-    usleep(static_cast<useconds_t>(20000 + 15000 * round));
+    // Once it has stored a few (however slow this machine is), kill it a little later each round: it
+    // stores without pause, so the kill lands while it is rewriting the file.
+    for (int waited = 0; TuningCache(file).entries().size() < static_cast<size_t>(before + 2) && waited < 20000; ++waited) usleep(1000);
+    usleep(static_cast<useconds_t>(700 * round));
     REQUIRE(kill(pid, SIGKILL) == 0);
     int status = 0;
     REQUIRE(waitpid(pid, &status, 0) == pid);
