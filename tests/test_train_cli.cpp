@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "frontend/safetensors.h"
 #include "helpers.h"
 
 namespace kiln {
@@ -92,6 +93,35 @@ TEST_CASE("kiln train refuses an infinite or NaN --lr and a --steps that runs no
   Result r = run_kiln("train mnist --epochs 9223372036854775807");
   CHECK(r.status == 1);
   CHECK_THAT(r.output, Contains("--epochs (1..1000000)"));
+}
+
+TEST_CASE("kiln train --resume refuses a checkpoint with a negative step or a data position past the data", "[train_cli]") {
+  TempDir dir;
+  write_data(dir, {3, 4});
+  std::string checkpoint = (dir.path / "run.safetensors").string();
+  Result saved = run_kiln(cat("train mnist --steps 1 --batch-size 1 --no-eval --data-dir ", dir.path, " --save ", checkpoint));
+  INFO(saved.output);
+  REQUIRE(saved.status == 0);
+  auto edited = [&](const std::string& key, const std::string& value) {
+    SafetensorsData file = load_safetensors(checkpoint);
+    file.metadata[key] = value;
+    std::string path = (dir.path / (key + ".safetensors")).string();
+    save_safetensors(path, file.tensors, file.metadata);
+    return path;
+  };
+  std::string base = cat("train mnist --steps 2 --batch-size 1 --no-eval --data-dir ", dir.path, " --resume ");
+  Result negative = run_kiln(base + edited("step", "-5"));  // it used to run 7 steps instead of 1
+  INFO(negative.output);
+  CHECK(negative.status == 1);
+  CHECK_THAT(negative.output, Contains("metadata \"step\" = \"-5\" is not a whole number"));
+  Result past = run_kiln(base + edited("data.position", "99"));
+  INFO(past.output);
+  CHECK(past.status == 1);
+  CHECK_THAT(past.output, Contains("--resume '") && Contains("data.position.safetensors': its data position does not fit this data set"));
+  Result done = run_kiln(base + edited("step", "2"));  // at --steps already: no nan loss
+  INFO(done.output);
+  CHECK(done.status == 0);
+  CHECK_THAT(done.output, Contains("no training steps run: the checkpoint is at step 2 of 2") && !Contains("nan"));
 }
 
 TEST_CASE("an empty global flag is refused instead of meaning 'automatic'", "[train_cli]") {

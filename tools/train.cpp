@@ -136,7 +136,12 @@ void run_train(const TrainOptions& o) {
   if (!o.resume.empty()) {
     TrainingState st = load_checkpoint(o.resume, *model, opt);
     step = st.step;
-    batches.set_state(st.data);
+    try {
+      batches.set_state(st.data);
+    } catch (const Error& e) {
+      throw Error(kiln::cat("train: --resume '", o.resume, "': its data position does not fit this data set (", e.what(),
+                            "); resume with the data and --batch-size it was saved with"));
+    }
     schedule.set_count(st.scheduler_count);
     std::cerr << "kiln: train: resumed " << o.resume << " at step " << step << " (epoch " << st.data.epoch + 1 << ")\n";
   }
