@@ -40,7 +40,6 @@ std::optional<std::string> node_problem(const UOp& u, bool is_root) {
       if (u.src[0]->op != Op::INDEX) return cat("a STORE writes to an INDEX, not to ", op_name(u.src[0]->op));
       if (u.src[1]->dtype != u.src[0]->dtype.deref())
         return cat("the value stored is ", u.src[1]->dtype.name(), " into a buffer of ", u.src[0]->dtype.deref().name());
-      if (u.src[0]->src[1]->vmin() < 0) return cat("a STORE at a negative index (as low as ", u.src[0]->src[1]->vmin(), ")");
       return std::nullopt;
     case Op::DEFINE_GLOBAL:
       if (!u.dtype.is_ptr || u.dtype.addr != AddrSpace::Global || u.dtype.count != 1 || u.dtype.scalar == ScalarType::Void)
@@ -56,8 +55,6 @@ std::optional<std::string> node_problem(const UOp& u, bool is_root) {
     case Op::LOAD:
       if (u.src.size() != 1 && u.src.size() != 3) return "a LOAD has 1 source (INDEX) or 3 (INDEX, alternative, gate)";
       if (u.src[0]->op != Op::INDEX || u.dtype != u.src[0]->dtype.deref()) return "a LOAD reads an INDEX and has its element dtype";
-      if (u.src.size() == 1 && u.src[0]->src[1]->vmin() < 0)
-        return cat("an ungated LOAD at a negative index (as low as ", u.src[0]->src[1]->vmin(), ")");
       if (u.src.size() == 3 && (u.src[1]->dtype != u.dtype || !is_gate(u.src[2])))
         return "a gated LOAD's alternative has its dtype and its gate is bool";
       return std::nullopt;
@@ -117,6 +114,49 @@ std::optional<std::string> node_problem(const UOp& u, bool is_root) {
   return cat(op_name(u.op), " does not appear in kernel ASTs (tensor-level and lowering-only ops)");
 }
 
+// Which loops each node runs in and which it has summed over, as bit masks over the kernel's RANGEs: a
+// loop is either the store's (in its index) or one REDUCE's (closed inside it), never both.
+class LoopScopes {
+ public:
+  std::optional<std::string> add(const UOp& u) {
+    uint64_t free = 0, reduced = 0;
+    for (const UOpPtr& s : u.src) {
+      free |= free_.at(s.get());
+      reduced |= reduced_.at(s.get());
+    }
+    if (u.op == Op::RANGE) {
+      if (bits_.size() == kMaxLoops) return cat("more than ", kMaxLoops, " RANGEs in one kernel");
+      free |= bits_[&u] = uint64_t{1} << bits_.size();
+    }
+    if (u.op == Op::REDUCE) {
+      uint64_t over = 0;
+      for (size_t i = 1; i < u.src.size(); ++i) over |= bits_.at(u.src[i].get());
+      if (over & all_reduced_) return cat("a loop reduced by two REDUCEs (", names(over & all_reduced_), ")");
+      all_reduced_ |= over;
+      free = free_.at(u.src[0].get()) & ~over;
+      reduced = reduced_.at(u.src[0].get()) | over;
+    }
+    if (u.op == Op::STORE && (free_.at(u.src[1].get()) & ~free_.at(u.src[0]->src[1].get())))
+      return cat("the value stored runs over ", names(free_.at(u.src[1].get()) & ~free_.at(u.src[0]->src[1].get())),
+                 ", which its index does not (every iteration would store to one address)");
+    if (free & reduced) return cat(names(free & reduced), " is both reduced by a REDUCE and used outside it");
+    free_[&u] = free;
+    reduced_[&u] = reduced;
+    return std::nullopt;
+  }
+
+ private:
+  static constexpr size_t kMaxLoops = 64;  // one bit each; a kernel has a handful
+  std::string names(uint64_t mask) const {
+    std::string out;
+    for (const auto& [range, bit] : bits_)
+      if (mask & bit) out += cat(out.empty() ? "" : ", ", "the RANGE with axis id ", range->axis_id());
+    return out;
+  }
+  std::map<const UOp*, uint64_t> bits_, free_, reduced_;
+  uint64_t all_reduced_ = 0;
+};
+
 }  // namespace
 
 void check_kernel_ast(const UOpPtr& ast) {
@@ -125,6 +165,7 @@ void check_kernel_ast(const UOpPtr& ast) {
     throw Error(cat("check_kernel_ast: ", nodes.size(), " nodes, more than the ", kMaxKernelAstNodes, " a kernel AST may have"));
   std::map<int64_t, DType> slots;
   std::map<int64_t, const UOp*> axes;
+  LoopScopes scopes;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const UOp& u = *nodes[i];
     std::optional<std::string> problem = node_problem(u, i + 1 == nodes.size());
@@ -134,6 +175,7 @@ void check_kernel_ast(const UOpPtr& ast) {
     }
     if (!problem && u.op == Op::RANGE && !axes.emplace(u.axis_id(), &u).second)
       problem = cat("two RANGEs with axis id ", u.axis_id());
+    if (!problem) problem = scopes.add(u);
     if (problem) throw Error(cat("check_kernel_ast: node ", i, " (", op_name(u.op), " ", u.dtype.name(), "): ", *problem));
   }
   int64_t expected = 0;

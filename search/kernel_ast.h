@@ -6,8 +6,11 @@
 // The shape: SINK(STORE...) at the root, each STORE(INDEX(DEFINE_GLOBAL slot, index[, valid]), value[, gate]);
 // LOAD(INDEX(...)) reads; RANGE(end) loops with distinct axis ids; REDUCE(value, RANGE...) with ADD, MUL,
 // MAX or MIN; ALU ops, CAST and BITCAST on scalars whose dtypes agree; CONST and DEFINE_VAR leaves.
-// Every dtype is a scalar (vectors appear only in lowering), DEFINE_GLOBAL slots are 0..n-1, and an
-// index without a validity condition is never negative (a buffer is sized by its largest index).
+// Every dtype is a scalar (vectors appear only in lowering), DEFINE_GLOBAL slots are 0..n-1, indices stay
+// below 2^48, and each loop belongs to the store (its index runs over it) or to one REDUCE (closed inside
+// it), not both. Not checked: that an index is never negative. Value ranges are conservative (a conv2d
+// gradient's scheduler-made AST has loads whose index range dips below 0 and never does), so the check
+// would refuse real kernels; `kiln cache verify` runs a stored kernel as it is.
 #pragma once
 #include <cstddef>
 

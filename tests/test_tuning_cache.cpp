@@ -537,6 +537,13 @@ TEST_CASE("parse_ast_text refuses text that parses but is not a kernel AST, nami
   std::string text = ast_text(scale_ast(16, 2.0));
   text.replace(text.find("DEFINE_GLOBAL float32* [] int:1"), 31, "DEFINE_GLOBAL float32* [] int:5");
   CHECK_THROWS_WITH(parse_ast_text(text), Catch::Contains("slot 5 is out of place"));
+  // Found by fuzz/fuzz_kernel_text: a REDUCE over the output loop broke an invariant of linearize.
+  std::string reduce_over_output =
+      "kiln-uops 1\n0 DEFINE_GLOBAL float32* [] int:0\n1 CONST int32 [] const.int:2\n2 RANGE int32 [1] int:0\n"
+      "3 INDEX float32* [0,2] -\n4 DEFINE_GLOBAL float32* [] int:1\n5 CONST int32 [] const.int:16\n6 RANGE int32 [5] int:1\n"
+      "7 MUL int32 [2,5] -\n8 ADD int32 [7,6] -\n9 INDEX float32* [4,8] -\n10 LOAD float32 [9] -\n"
+      "11 REDUCE float32 [10,2] op:ADD\n12 STORE void [3,11] -\n13 SINK void [12] -\n";
+  CHECK_THROWS_WITH(parse_ast_text(reduce_over_output), Catch::Contains("the value stored runs over the RANGE with axis id 1"));
   CHECK_NOTHROW(parse_ast_text(ast_text(scheduled_ast())));
   CHECK_NOTHROW(parse_ast_text(ast_text(matmul_ast())));
 }
