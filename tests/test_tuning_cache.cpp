@@ -68,11 +68,13 @@ void write_text(const fs::path& p, const std::string& text) {
   out << text;
 }
 
-std::string all_warnings(const TuningCache& c) {
+std::string lines(const std::vector<std::string>& texts) {
   std::string out;
-  for (const std::string& w : c.warnings()) out += w + "\n";
+  for (const std::string& t : texts) out += t + "\n";
   return out;
 }
+
+std::string all_warnings(const TuningCache& c) { return lines(c.warnings()); }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -512,7 +514,7 @@ TEST_CASE("import refuses foreign files whole and entries of another schema one 
   ImportReport r = cache.import_from(dir.path / "other.json");
   CHECK(r.added == 1);
   REQUIRE(r.refused.size() == 2);
-  std::string refused = r.refused[0] + "\n" + r.refused[1];
+  std::string refused = lines(r.refused);
   INFO(refused);
   CHECK(contains(refused, "its key has schema 2"));
   CHECK(contains(refused, "\"junk\": not a JSON object"));
@@ -565,7 +567,7 @@ TEST_CASE("import refuses an entry whose AST is garbage or hashes to another key
   ImportReport r = cache.import_from(dir.path / "source.json");
   CHECK(r.added == 1);
   REQUIRE(r.refused.size() == 2);
-  std::string refused = r.refused[0] + "\n" + r.refused[1];
+  std::string refused = lines(r.refused);
   INFO(refused);
   CHECK(contains(refused, "its \"ast\" is not a kernel AST: parse_program: line 2"));
   CHECK(contains(refused, cat("its \"ast\" hashes to ", good_key.ast_hash, ", not to its key's hash2")));
