@@ -67,6 +67,9 @@ std::optional<std::string> node_problem(const UOp& u, bool is_root) {
         return "a RANGE is an integer loop (end of its dtype, arg its axis id)";
       if (u.axis_id() < 0 || u.src[0]->vmin() < 0 || u.src[0]->vmax() > kMaxIndex)
         return cat("a RANGE has an axis id >= 0 and an end in 0..", kMaxIndex);
+      // The scheduler makes loops only for axes of size > 1; lowering a loop of 0 iterations makes the
+      // symbolic rules rewrite it in a cycle (an InternalError from graph_rewrite).
+      if (u.src[0]->vmax() < 1) return "a RANGE whose end is 0 (a loop that never runs)";
       return std::nullopt;
     case Op::REDUCE: {
       const Op* op = std::get_if<Op>(&u.arg);

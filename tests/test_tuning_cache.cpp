@@ -546,6 +546,10 @@ TEST_CASE("parse_ast_text refuses text that parses but is not a kernel AST, nami
       "7 MUL int32 [2,5] -\n8 ADD int32 [7,6] -\n9 INDEX float32* [4,8] -\n10 LOAD float32 [9] -\n"
       "11 REDUCE float32 [10,2] op:ADD\n12 STORE void [3,11] -\n13 SINK void [12] -\n";
   CHECK_THROWS_WITH(parse_ast_text(reduce_over_output), Catch::Contains("the value stored runs over the RANGE with axis id 1"));
+  // Also found by it: lowering a loop that never runs made graph_rewrite loop ("rules loop").
+  std::string empty_loop = ast_text(scale_ast(16, 2.0));
+  empty_loop.replace(empty_loop.find("const.int:16"), 12, "const.int:0");
+  CHECK_THROWS_WITH(parse_ast_text(empty_loop), Catch::Contains("node 2 (RANGE int32): a RANGE whose end is 0"));
   CHECK_NOTHROW(parse_ast_text(ast_text(scheduled_ast())));
   CHECK_NOTHROW(parse_ast_text(ast_text(matmul_ast())));
 }
