@@ -1,5 +1,9 @@
 #include "frontend/checkpoint.h"
 
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+
 #include "frontend/safetensors.h"
 
 namespace kiln {
@@ -15,18 +19,24 @@ const std::string& need(const std::map<std::string, std::string>& meta, const st
   return it->second;
 }
 
-template <typename T>
-T number(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
+// Steps, epochs and positions stay far enough below INT64_MAX that the next one (+1) cannot overflow.
+constexpr uint64_t kMaxCount = uint64_t{1} << 62;
+
+// A count or seed save_checkpoint wrote: decimal digits only (std::stoll would take "-5", " 5" or
+// "+5", and std::stoull would wrap "-5" to 18446744073709551611), at most `max`.
+uint64_t count(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path,
+               uint64_t max = kMaxCount) {
   const std::string& text = need(meta, key, path);
-  try {
-    size_t used = 0;
-    T v;
-    if constexpr (std::is_same_v<T, uint64_t>) v = std::stoull(text, &used);
-    else v = std::stoll(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw Error(kiln::cat("load_checkpoint: ", path, ": metadata \"", key, "\" = \"", text, "\" is not an integer"));
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || ec != std::errc() || end != text.data() + text.size() || v > max)
+    throw Error(kiln::cat("load_checkpoint: ", path, ": metadata \"", key, "\" = \"", text.substr(0, 40), text.size() > 40 ? "..." : "",
+                          "\" is not a whole number in 0..", max, "; the file was not written by kiln's save_checkpoint "
+                          "(or was edited): write it again with --save"));
+  return v;
+}
+int64_t signed_count(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
+  return static_cast<int64_t>(count(meta, key, path));
 }
 }  // namespace
 
@@ -52,20 +62,34 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
   SafetensorsData file = load_safetensors(path);
   const auto& meta = file.metadata;
   if (need(meta, "kiln.format", path) != "training-checkpoint-1")
-    throw Error(kiln::cat("load_checkpoint: ", path, " has format \"", meta.at("kiln.format"), "\"; this kiln reads training-checkpoint-1"));
+    throw Error(kiln::cat("load_checkpoint: ", path, " has format \"", meta.at("kiln.format").substr(0, 60),
+                          "\"; this kiln reads training-checkpoint-1"));
   std::map<std::string, Tensor> model_state, optim_state;
   for (auto& [name, t] : file.tensors) {
     if (name.rfind(kModel, 0) == 0) model_state.emplace(name.substr(6), t);
     else if (name.rfind(kOptim, 0) == 0) optim_state.emplace(name.substr(6), t);
     else throw Error(kiln::cat("load_checkpoint: ", path, ": unexpected tensor \"", name, "\" (neither model. nor optim.)"));
   }
-  model.load_state_dict(model_state, true);
-  opt.load_state_dict(optim_state, number<int64_t>(meta, "optim.steps", path));
+  // Every number is read before anything is loaded: a bad one leaves the model and optimizer untouched.
+  int64_t optim_steps = signed_count(meta, "optim.steps", path);
   TrainingState st;
-  st.step = number<int64_t>(meta, "step", path);
-  st.data = {number<uint64_t>(meta, "data.seed", path), number<int64_t>(meta, "data.epoch", path), number<int64_t>(meta, "data.position", path)};
-  st.rng = {number<uint64_t>(meta, "rng.seed", path), number<uint64_t>(meta, "rng.counter", path)};
-  st.scheduler_count = number<int64_t>(meta, "scheduler.count", path);
+  st.step = signed_count(meta, "step", path);
+  st.data = {count(meta, "data.seed", path, UINT64_MAX), signed_count(meta, "data.epoch", path), signed_count(meta, "data.position", path)};
+  st.rng = {count(meta, "rng.seed", path, UINT64_MAX), count(meta, "rng.counter", path, UINT64_MAX)};
+  st.scheduler_count = signed_count(meta, "scheduler.count", path);
+  // The optimizer checks each state tensor's shape against its parameter, not its dtype.
+  for (const auto& [name, t] : optim_state) {
+    size_t dot = name.rfind('.');
+    if (dot == std::string::npos) continue;  // a name that fits no parameter: load_state_dict names it
+    uint64_t i = 0;
+    const char* end = name.data() + name.size();
+    if (std::from_chars(name.data() + dot + 1, end, i).ptr != end || i >= opt.params().size()) continue;
+    if (t.dtype() != opt.params()[i].dtype())
+      throw Error(kiln::cat("load_checkpoint: ", path, ": optimizer state \"", name.substr(0, 80), "\" is ", t.dtype().name(),
+                            " but parameter ", i, " is ", opt.params()[i].dtype().name(), "; write the checkpoint again with --save"));
+  }
+  model.load_state_dict(model_state, true);
+  opt.load_state_dict(optim_state, optim_steps);
   for (auto& [k, v] : meta) st.extra.emplace(k, v);
   Tensor::set_rng_state(st.rng);
   return st;

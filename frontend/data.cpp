@@ -155,8 +155,9 @@ Tensor HostTensor::to_tensor(const std::string& device) const {
   return Tensor::from_raw(data.data(), dtype, shape, device);
 }
 
-HostTensor read_idx(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file(path);
+HostTensor read_idx(const std::string& path) { return parse_idx(read_file(path), path); }
+
+HostTensor parse_idx(std::vector<uint8_t> bytes, const std::string& path) {
   if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) bytes = gunzip(bytes, path);
   std::optional<IdxHeader> header = parse_idx_header(bytes, path);
   if (!header) fail_idx(path, cat("truncated header: only ", bytes.size(), " bytes"));
@@ -189,6 +190,9 @@ BatchIterator::BatchIterator(std::vector<HostTensor> arrays, int64_t batch_size,
       throw Error(cat("BatchIterator: array ", i, " has ", a.shape[0], " samples (shape ", shape_str(a.shape), ") but array 0 has ",
                       samples_, "; every array needs the same first dimension"));
     row_bytes_.push_back(samples_ == 0 ? 0 : host_bytes(a) / static_cast<size_t>(samples_));
+    if (samples_ > 0 && row_bytes_.back() == 0)
+      throw Error(cat("BatchIterator: array ", i, " has shape ", shape_str(a.shape), ": each of its ", samples_,
+                      " samples is 0 bytes; every array needs data per sample (a corrupt file?)"));
   }
   if (batches_per_epoch() == 0)
     throw Error(cat("BatchIterator: ", samples_, " samples make no batch of ", batch_size, drop_last ? " with drop_last" : "",

@@ -28,6 +28,8 @@ struct HostTensor {
 
 // An IDX file, raw or gzipped (detected by the 1f 8b magic). Types: u8, i8, i16, i32, f32, f64.
 HostTensor read_idx(const std::string& path);
+// The same, from bytes in memory; `what` names them in errors (read_idx passes the path).
+HostTensor parse_idx(std::vector<uint8_t> bytes, const std::string& what);
 
 // Batches over arrays that share their first dimension (samples), e.g. images and labels. Rows are
 // gathered on the host and uploaded with one Tensor::from_raw per array.

@@ -58,10 +58,14 @@ uint64_t read_u64_le(const uint8_t* p) {
   return v;
 }
 
-// nlohmann keeps the last of two equal keys silently; a duplicated tensor name must be an error.
+// nlohmann keeps the last of two equal keys silently; a duplicated tensor name must be an error. The
+// depth is capped too: dump() (in brief()) recurses once per level, and a header nests 3 levels.
 json parse_header_json(const uint8_t* text, size_t size, const std::string& what) {
+  constexpr int kMaxDepth = 8;
   std::vector<std::set<std::string>> open_objects;
-  auto reject_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+  auto reject_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= kMaxDepth)
+      fail(what, cat("the header nests JSON more than ", kMaxDepth, " levels deep (a safetensors header nests 3)"));
     if (event == json::parse_event_t::object_start) open_objects.emplace_back();
     if (event == json::parse_event_t::object_end) open_objects.pop_back();
     if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second)

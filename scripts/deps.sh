@@ -9,6 +9,7 @@ set -eu
 
 PACKAGES="
 cmake ninja-build g++
+clang-15
 catch2
 nlohmann-json3-dev
 libcli11-dev
@@ -21,7 +22,9 @@ ocl-icd-libopencl1
 pocl-opencl-icd
 libvulkan-dev mesa-vulkan-drivers spirv-headers spirv-tools
 "
-# cmake, ninja-build, g++: the build.  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
+# cmake, ninja-build, g++: the build (g++ 12; clang 15 builds it too, clang 14 cannot: libstdc++ 12's
+# <source_location> needs clang 15's __builtin_source_location).  clang-15: the fuzz targets (.ci/run,
+# fuzz/run.sh: clang 15 links libFuzzer itself; PoCL pulls it in anyway).  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
 # (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
 # device's kernel compiler (gcc works too, but does not vectorize at -O2).
 # libopenblas-dev: the sgemm reference of `kiln bench` (dlopen'ed at run time; optional there).

@@ -30,7 +30,7 @@ void report_warnings(const TuningCache& cache) {
   std::lock_guard<std::mutex> lock(mu);
   for (const std::string& w : cache.warnings()) {
     if (std::find(printed->begin(), printed->end(), w) != printed->end()) continue;
-    std::cerr << "kiln: tuning cache: " << w << "\n";
+    std::cerr << "kiln: warning: " << w << "\n";  // w names the tuning cache itself
     printed->push_back(w);
   }
 }

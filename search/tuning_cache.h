@@ -23,11 +23,14 @@
 // the new file with rename(), so readers (who take no lock) always see a whole file and two processes
 // storing different entries both keep theirs.
 //
-// A bad file (not JSON, truncated, valid JSON of another format or schema): lookups miss and warnings()
-// says what and where. The next store, clear or import moves it aside to
-// <file>.corrupt-<UTC time>, so a file someone pointed kiln at is never destroyed, says so in warnings()
-// and starts a new file. A bad entry in a good file is skipped with a warning and kept as it is when
-// other entries are written. The cache prints nothing itself: callers show warnings() to the user.
+// A bad file (not JSON, truncated, nested too deep, a number out of range, valid JSON of another format
+// or schema, a directory): warnings() says what and where. The next store, clear or import moves it
+// aside to <file>.corrupt-<UTC time>, so a file someone pointed kiln at is never destroyed, says so in
+// warnings() and starts a new file. A kiln file that does not parse whole is split into its entries
+// (search/tuning_file.h): each that parses and checks on its own is used, and starts the new file; the
+// warning says how many were lost. A bad entry in a good file is skipped with a warning and kept as it
+// is when other entries are written. An entry's "ast" is checked (parse_ast_text, search/kernel_ast.h)
+// by import and verify. The cache prints nothing itself: callers show warnings() to the user.
 #pragma once
 #include <filesystem>
 #include <optional>
@@ -69,7 +72,8 @@ TuningKey tuning_key(const UOpPtr& ast, const DeviceSpec& spec, const std::strin
 // The canonical text of a kernel AST (uop/serialize.h over its toposort) and its inverse. The AST hash
 // is the hash of this text: it names ops and dtypes by name, so it holds across runs and processes.
 std::string ast_text(const UOpPtr& ast);
-UOpPtr parse_ast_text(const std::string& text);  // throws Error for text ast_text did not write
+// Throws Error for text ast_text did not write, or that is not a kernel AST (check_kernel_ast).
+UOpPtr parse_ast_text(const std::string& text);
 
 std::string device_fingerprint(const DeviceSpec& spec);  // "CPU x86-64-v4 clang 14.0.6 -O2 ..."
 

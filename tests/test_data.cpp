@@ -309,6 +309,18 @@ TEST_CASE("bad iterator arguments are errors", "[data]") {
   CHECK_THROWS_WITH(it.set_state({0, -1, 0}), Contains("out of range"));
 }
 
+TEST_CASE("samples of zero bytes are an error, not a null memcpy or a 4-billion-sample allocation", "[data]") {
+  HostTensor empty_rows{dtypes::uint8, {5, 0}, {}};
+  HostTensor ids = host_of(std::vector<int32_t>{0, 1, 2, 3, 4}, {5});
+  CHECK_THROWS_WITH(BatchIterator({ids, empty_rows}, 2, false, 0),
+                    Contains("array 1 has shape (5, 0): each of its 5 samples is 0 bytes"));
+  // A valid IDX header for 4294967295 samples of nothing: read, but no iterator over it.
+  TempDir dir;
+  HostTensor huge = read_idx(dir.write("empty.idx", idx_file(0x08, {0xffffffff, 0}, {})));
+  CHECK(huge.shape == Shape{0xffffffff, 0});
+  CHECK_THROWS_WITH(BatchIterator({huge}, 128, true, 0), Contains("4294967295 samples is 0 bytes"));
+}
+
 TEST_CASE("one epoch of Fashion-MNIST through the iterator sees every label count", "[data]") {
   HostTensor images = read_idx(kFashion + "train-images-idx3-ubyte.gz");
   HostTensor labels = read_idx(kFashion + "train-labels-idx1-ubyte.gz");

@@ -207,6 +207,14 @@ TEST_CASE("a header that is not the expected JSON is rejected", "[safetensors]")
           "the key \"w\" twice", {0});
 }
 
+TEST_CASE("a header nested 100,000 levels deep is rejected without recursing", "[safetensors]") {
+  // The message quotes a bad entry with dump(), which recursed once per level and overflowed the stack.
+  std::string header = "{\"w\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  CHECK_THROWS_WITH(parse(file_of(header, {})), Contains("bad.safetensors") && Contains("the header nests JSON more than 8 levels deep"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"w": {"dtype": "F32", "shape": [[[[[[[[1]]]]]]]], "data_offsets": [0, 4]}})", {0, 0, 0, 0})),
+                    Contains("nests JSON more than 8 levels"));
+}
+
 TEST_CASE("shapes and offsets that do not fit the buffer are rejected", "[safetensors]") {
   auto rejects = [](const std::string& header, size_t buffer_bytes, const std::string& problem) {
     INFO("header " << header);

