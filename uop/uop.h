@@ -55,8 +55,11 @@ uint64_t arg_hash(const Arg& a);
 std::string arg_to_string(const Arg& a, DType dtype);
 
 // enable_shared_from_this lets the interning table hold plain pointers and still hand out a strong
-// reference to a live node (or learn that it is dying) without a separate weak_ptr per entry.
-class UOp : public std::enable_shared_from_this<UOp> {
+// reference to a live node (or learn that it is dying) without a separate weak_ptr per entry. Of const
+// UOp, so that weak_from_this() needs no conversion: converting weak_ptr<UOp> to weak_ptr<const UOp>
+// locks it, and when that transient reference was the last one (under the table's shard lock), the node
+// was destroyed there and its destructor waited for that same lock forever: the search stall.
+class UOp : public std::enable_shared_from_this<const UOp> {
  public:
   struct Key {  // only the interning table can make one, so only it constructs nodes
    private:
