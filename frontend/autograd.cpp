@@ -436,13 +436,17 @@ Tensor& Tensor::assign(const Tensor& value) {
     throw Error(kiln::cat("assign: the value is ", shape_str(value.shape()), " ", value.dtype().name(), " on ", value.device(),
                           " but the tensor is ", shape_str(shape()), " ", dtype().name(), " on ", device(),
                           "; assign needs the same shape, dtype and device"));
-  if (state_->requires_grad) {
-    // A leaf's new value is data: no gradient flows from it into whatever computed it.
-    state_->former = state_->uop;
-    state_->uop = value.uop()->op == Op::RESHAPE && value.uop()->src[0]->op == Op::BUFFER ? value.uop() : value.detach().uop();
-  } else {
-    state_->uop = value.uop();
-  }
+  // The memory to write: this tensor's, if realized; else that of an earlier assign not yet realized.
+  UOpPtr target = detail::realized_buffer(state_->uop);
+  if (!target) target = state_->target;
+  UOpPtr v = value.uop();
+  bool realized = detail::realized_buffer(v) != nullptr;
+  if (target && realized) v = UOp::make(Op::CONTIGUOUS, v->dtype, {v});  // a kernel copies it in
+  // A leaf's new value is data: no gradient flows from it into whatever computed it.
+  if (state_->requires_grad && !(realized && !target)) v = UOp::make(Op::DETACH, v->dtype, {v});
+  if (state_->requires_grad) state_->former = state_->uop;
+  state_->uop = v;
+  state_->target = target;
   return *this;
 }
 

@@ -30,7 +30,16 @@ Tensor signed_zero(const Tensor& x);
 // autograd hooks (frontend/autograd.cpp): under NoGradGuard new nodes are wrapped in DETACH; after
 // realize, a tensor computed from leaves keeps its graph for backward().
 UOpPtr no_grad_wrap(UOpPtr u);
+// The BUFFER behind a realized tensor's node (BUFFER, or RESHAPE of one), else null.
+UOpPtr realized_buffer(const UOpPtr& u);
 void after_realize(Tensor& t, const UOpPtr& before);
+
+// Host values a step computes (an optimizer's step count and bias corrections, the RNG's counter).
+// host_work runs `work` now and, inside a step being captured (frontend/jit.h), again before the
+// launches that follow it on every replay. host_tensor is a new tensor whose bytes fill(dst) writes on
+// the host in the same way: a replay refills it, so its value is never frozen into the capture.
+void host_work(std::function<void()> work);
+Tensor host_tensor(Shape shape, DType dtype, const std::string& device, std::function<void(void* dst)> fill);
 
 // Custom gradients for composite ops whose gradient, derived op by op, would be costly (conv2d's input
 // gradient through the window view is a scatter; as a convolution of the output gradient it is a

@@ -363,14 +363,26 @@ ClassProblem flatten_classes(const Tensor& scores, const Tensor& target, const c
   return {scores.permute(order).reshape({-1, c}), target.reshape({-1}), want};
 }
 
-// Class targets: integers in [0, C) or equal to ignore_index; checked on the host, since a wrong
-// label would otherwise silently count for nothing.
+// Class targets: integers in [0, C) or equal to ignore_index, since a wrong label would otherwise
+// silently count for nothing. The device finds the smallest bad target (or none) and the host reads
+// that one number, as host work: a captured step (frontend/jit.h) checks every replay's targets too.
 void check_targets(const Tensor& target, int64_t c, int64_t ignore_index, const char* op) {
   if (!is_int(target.dtype())) throw Error(kiln::cat(op, ": targets must be class indices (integers), got ", target.dtype().name()));
-  Tensor t = target.cast(dtypes::int64);
-  for (int64_t v : t.to_vector<int64_t>())
-    if (v != ignore_index && (v < 0 || v >= c))
-      throw Error(kiln::cat(op, ": target ", v, " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
+  if (target.numel() == 0) return;
+  Tensor t = target.cast(dtypes::int64).reshape({-1});
+  Tensor none = Tensor::full({1}, static_cast<double>(INT64_MAX), dtypes::int64, t.device()).expand(t.shape());
+  Tensor bad = (t.lt(t.zeros_like()).logical_or(t.ge(t.full_like(static_cast<double>(c))))).logical_and(t.ne(t.full_like(static_cast<double>(ignore_index))));
+  Tensor worst = bad.where(t, none).min();
+  worst.realize();
+  auto memory = storage_ptr(detail::realized_buffer(worst.uop()));
+  std::string name = op;
+  detail::host_work([memory, c, ignore_index, name] {
+    int64_t v = 0;
+    memory->memory().ensure_allocated();
+    memory->device->copy_out(&v, memory->memory().raw, sizeof v);
+    if (v != INT64_MAX)
+      throw Error(kiln::cat(name, ": target ", v, " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
+  });
 }
 
 void check_class_weight(const std::optional<Tensor>& weight, int64_t c, const char* op) {

@@ -1,5 +1,8 @@
 #include "frontend/optim.h"
 
+#include "frontend/detail.h"
+
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -17,9 +20,13 @@ Tensor Optimizer::scalar(const Tensor& hyper, int64_t i, const Tensor& like) {
 }
 
 void Optimizer::step(std::vector<Tensor> also_realize) {
-  ++steps_;
-  std::vector<double> h = hyper_values();
-  std::vector<float> hf(h.begin(), h.end());
+  // Host work of the step, so that a captured step (frontend/jit.h) counts and computes it on each replay.
+  detail::host_work([this] { ++steps_; });
+  int64_t n_hyper = static_cast<int64_t>(hyper_values().size());
+  auto fill_hyper = [this](void* dst) {
+    std::vector<double> h = hyper_values();
+    std::copy(h.begin(), h.end(), static_cast<float*>(dst));
+  };
   std::vector<Tensor> outputs;
   std::map<std::string, Tensor> per_device;  // the hyperparameter buffer, once per device
   {
@@ -29,7 +36,7 @@ void Optimizer::step(std::vector<Tensor> also_realize) {
       if (!g) continue;
       std::string dev = params_[i].device();
       auto it = per_device.find(dev);
-      if (it == per_device.end()) it = per_device.emplace(dev, Tensor::from_vector<float>(hf, {static_cast<int64_t>(hf.size())}, dev)).first;
+      if (it == per_device.end()) it = per_device.emplace(dev, detail::host_tensor({n_hyper}, dtypes::float32, dev, fill_hyper)).first;
       Tensor updated = update(i, params_[i].detach(), g->detach(), it->second);
       params_[i].assign(updated);
       outputs.push_back(params_[i]);
@@ -79,7 +86,8 @@ Tensor SGD::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& 
   if (momentum != 0) {
     auto it = state_[i].find("momentum_buffer");
     Tensor buf = it == state_[i].end() ? g : it->second * momentum + g * (1 - dampening);  // the first step takes g as is
-    state_[i]["momentum_buffer"] = buf;
+    if (it == state_[i].end()) state_[i].emplace("momentum_buffer", buf);
+    else it->second.assign(buf);  // in place: the step allocates nothing
     g = nesterov ? g + buf * momentum : buf;
   }
   return p - g * scalar(hyper, 0, p);
@@ -105,8 +113,8 @@ Tensor Adam::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor&
   }
   Tensor m = s["exp_avg"] * beta1 + g * (1 - beta1);
   Tensor v = s["exp_avg_sq"] * beta2 + g * g * (1 - beta2);
-  s["exp_avg"] = m;
-  s["exp_avg_sq"] = v;
+  s["exp_avg"].assign(m);  // in place: the step allocates nothing
+  s["exp_avg_sq"].assign(v);
   // PyTorch's arrangement: p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
   Tensor lr_t = scalar(hyper, 0, p), bc1 = scalar(hyper, 1, p), bc2_sqrt = scalar(hyper, 2, p);
   Tensor base = decoupled && weight_decay != 0 ? p * scalar(hyper, 3, p) : p;

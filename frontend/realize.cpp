@@ -1,11 +1,15 @@
 #include "frontend/realize.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 
 #include "lower/lower.h"
 #include "schedule/schedule_cache.h"
@@ -19,7 +23,12 @@ namespace kiln {
 namespace {
 
 std::atomic<int64_t> g_next_buffer_id{1};
-std::atomic<size_t> g_lowered{0}, g_launched{0};
+std::atomic<uint64_t> g_next_serial{1};
+std::atomic<bool> compiles_forbidden{false};
+thread_local Recorder* t_recorder = nullptr;
+
+std::string ast_name(const UOpPtr& ast) { return cat("(AST hash ", std::hex, ast->hash(), ")"); }
+std::atomic<size_t> g_lowered{0}, g_launched{0}, g_allocations{0};
 
 // Nodes realized earlier, so later graphs that contain them read the buffer instead of recomputing.
 // Both sides are weak: the map never keeps a buffer (or a graph) alive, so an output tensor's memory
@@ -32,7 +41,9 @@ class RealizedMap {
     auto it = map_.find(u.get());
     if (it == map_.end()) return nullptr;
     UOpPtr key = it->second.first.lock(), buffer = it->second.second.lock();
-    if (key != u || buffer == nullptr) {  // the node died (its address reused) or the buffer did
+    // The node died (its address reused) or the buffer did, or an in-place write (Tensor::assign) has
+    // since overwritten the buffer's memory: then the node is computed again from its sources.
+    if (key != u || buffer == nullptr || storage_of(buffer).stale()) {
       map_.erase(it);
       return nullptr;
     }
@@ -95,6 +106,9 @@ class KernelCache {
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<CompiledKernel>& entry = cache_[{&device, ast.get()}];
     if (entry) return *entry;
+    if (compiles_forbidden.load(std::memory_order_relaxed) && config().strict)
+      throw Error(cat("KILN_STRICT: kernel ", ast_name(ast), " would be compiled after a captured step started replaying; "
+                      "deploy mode forbids compiles after the warmup (run every step shape during the warmup, or unset KILN_STRICT)"));
     if (observer) observer(ast);
     auto compiled = std::make_unique<CompiledKernel>();
     compiled->ast = ast;
@@ -131,13 +145,38 @@ size_t item_bytes(const ScheduleItem& item) {
   return bytes;
 }
 
+// Reading a value that an in-place write has since overwritten: PyTorch's "modified by an inplace
+// operation". Raised before anything runs, so no kernel ever reads the newer numbers in its place.
+void check_not_overwritten(const UOpPtr& buffer, const char* what) {
+  if (!storage_of(buffer).stale()) return;
+  throw Error(cat(what, ": a tensor of ", buffer->arg_as<BufferArg>().size, " ", buffer->dtype.name(),
+                  " elements that this computation reads was modified by an inplace operation (Tensor::assign) after the "
+                  "computation was built; realize it before the assign, or build it again from the tensor's new value"));
+}
+
+std::vector<std::shared_ptr<DeviceBuffer>> storages(const std::vector<UOpPtr>& bufs) {
+  std::vector<std::shared_ptr<DeviceBuffer>> out;
+  for (const UOpPtr& b : bufs) out.push_back(storage_ptr(b));
+  return out;
+}
+
+}  // namespace
+
+void copy_between(DeviceBuffer& dst, DeviceBuffer& src) {
+  std::vector<uint8_t> staging(src.bytes);
+  src.device->copy_out(staging.data(), src.raw, src.bytes);
+  dst.device->copy_in(dst.raw, staging.data(), dst.bytes);
+}
+
+namespace {
+
 void run_item(const ScheduleItem& item) {
+  for (size_t i = 1; i < item.bufs.size(); ++i) check_not_overwritten(item.bufs[i], "realize");
   for (const UOpPtr& b : item.bufs) storage_of(b).ensure_allocated();
   if (item.kind == ScheduleItem::Kind::Copy) {
     DeviceBuffer &dst = storage_of(item.bufs[0]), &src = storage_of(item.bufs[1]);
-    std::vector<uint8_t> staging(src.bytes);
-    src.device->copy_out(staging.data(), src.raw, src.bytes);
-    dst.device->copy_in(dst.raw, staging.data(), dst.bytes);
+    copy_between(dst, src);
+    if (t_recorder) t_recorder->launch({nullptr, {}, nullptr, "copy", storages(item.bufs)});
     return;
   }
   Device& device = *storage_of(item.bufs[0]).device;
@@ -147,6 +186,7 @@ void run_item(const ScheduleItem& item) {
   bool timed = config().debug >= 2;
   double seconds = k.program->launch(raws, {}, k.lowered.dims, timed);
   ++g_launched;
+  if (t_recorder) t_recorder->launch({k.program.get(), k.lowered.dims, item.ast, k.lowered.name, storages(item.bufs)});
   if (timed)
     std::cerr << "kiln: " << device.spec().name << " " << k.lowered.name << "  " << seconds * 1e6 << " us  "
               << static_cast<double>(item_bytes(item)) / seconds * 1e-9 << " GB/s\n";
@@ -157,11 +197,17 @@ void run_item(const ScheduleItem& item) {
 DeviceBuffer::~DeviceBuffer() { release(); }
 
 void DeviceBuffer::ensure_allocated() {
-  if (raw.handle == nullptr) raw = device->alloc(bytes);
+  if (base) {  // a version written in place: the owner's memory
+    base->ensure_allocated();
+    raw = base->raw;
+  } else if (raw.handle == nullptr) {
+    raw = device->alloc(bytes);
+    ++g_allocations;
+  }
 }
 
 void DeviceBuffer::release() {
-  if (raw.handle != nullptr) device->free(raw);
+  if (raw.handle != nullptr && !base) device->free(raw);
   raw = RawBuffer{};
 }
 
@@ -190,16 +236,36 @@ UOpPtr device_node(const std::string& name) {
 
 UOpPtr new_buffer(const UOpPtr& device, int64_t size, DType dtype) {
   auto storage = std::make_shared<DeviceBuffer>();
+  storage->serial = g_next_serial++;
   storage->device = &get_device(device->arg_as<std::string>());
   storage->bytes = static_cast<size_t>(size) * dtype.itemsize();
   BufferArg arg{g_next_buffer_id++, size, storage};
   return UOp::make(Op::BUFFER, dtype, {device}, arg);
 }
 
+UOpPtr current_value(const std::shared_ptr<DeviceBuffer>& memory, const UOpPtr& device, int64_t size, DType dtype) {
+  auto storage = std::make_shared<DeviceBuffer>();
+  storage->serial = g_next_serial++;
+  storage->device = memory->device;
+  storage->bytes = static_cast<size_t>(size) * dtype.itemsize();
+  storage->base = memory;
+  storage->version = memory->latest;
+  storage->ensure_allocated();
+  return UOp::make(Op::BUFFER, dtype, {device}, BufferArg{g_next_buffer_id++, size, storage});
+}
+
+uint64_t next_buffer_serial() { return g_next_serial.load(); }
+
 DeviceBuffer& storage_of(const UOpPtr& buffer) {
   const BufferArg& arg = buffer->arg_as<BufferArg>();
   KILN_ASSERT(arg.storage != nullptr, "every BUFFER has storage");
   return *static_cast<DeviceBuffer*>(arg.storage.get());
+}
+
+std::shared_ptr<DeviceBuffer> storage_ptr(const UOpPtr& buffer) {
+  const BufferArg& arg = buffer->arg_as<BufferArg>();
+  KILN_ASSERT(arg.storage != nullptr, "every BUFFER has storage");
+  return std::static_pointer_cast<DeviceBuffer>(arg.storage);
 }
 
 namespace {
@@ -220,14 +286,116 @@ ScheduleCache& schedule_cache() {
 
 Schedule schedule_uops(const std::vector<UOpPtr>& outputs) { return create_schedule_on_big_stack(outputs, new_buffer); }
 
-std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs) {
+namespace {
+
+// --- in-place writes (Tensor::assign) ---------------------------------------------------------------
+
+std::shared_ptr<DeviceBuffer> memory_of(const UOpPtr& buffer) {
+  std::shared_ptr<DeviceBuffer> storage = storage_ptr(buffer);
+  return storage->base ? storage->base : storage;
+}
+
+// Whether a kernel that writes `memory` reads it only at the element it writes (an optimizer's
+// p - lr * g): then every element is read before it is overwritten, whatever the order of the work.
+bool reads_only_where_it_writes(const ScheduleItem& item, const DeviceBuffer& memory) {
+  std::unordered_set<int64_t> slots;
+  for (size_t i = 1; i < item.bufs.size(); ++i)
+    if (&storage_of(item.bufs[i]).memory() == &memory) slots.insert(static_cast<int64_t>(i));
+  if (slots.empty()) return true;
+  if (item.ast->src.size() != 1 || item.ast->src[0]->op != Op::STORE) return false;
+  const UOpPtr& written = item.ast->src[0]->src[0]->src[1];  // STORE(INDEX(out, index), value)
+  for (const UOpPtr& u : toposort(item.ast))
+    if (u->op == Op::INDEX && u->src[0]->op == Op::DEFINE_GLOBAL && slots.count(u->src[0]->arg_as<int64_t>()) && u->src[1] != written)
+      return false;
+  return true;
+}
+
+// Moves item w to the end of the schedule: a write in place goes after every other reader of the old
+// value. Buffers it reads that were freed after a later item are freed after it instead.
+void move_to_end(Schedule& s, size_t w) {
+  ScheduleItem item = std::move(s.items[w]);
+  std::vector<UOpPtr> frees = std::move(s.free_after[w]);
+  s.items.erase(s.items.begin() + static_cast<std::ptrdiff_t>(w));
+  s.free_after.erase(s.free_after.begin() + static_cast<std::ptrdiff_t>(w));
+  for (const UOpPtr& b : item.bufs)
+    for (size_t j = w; j < s.free_after.size(); ++j)
+      if (auto it = std::find(s.free_after[j].begin(), s.free_after[j].end(), b); it != s.free_after[j].end()) {
+        s.free_after[j].erase(it);
+        frees.push_back(b);
+      }
+  s.items.push_back(std::move(item));
+  s.free_after.push_back(std::move(frees));
+}
+
+// The kernel that computes output k, or null.
+std::optional<size_t> writer_of(const Schedule& s, size_t k) {
+  for (size_t i = 0; i < s.items.size(); ++i)
+    if (s.items[i].kind == ScheduleItem::Kind::Kernel && s.items[i].bufs[0] == s.outputs[k]) return i;
+  return std::nullopt;
+}
+
+// Whether output k can be a version of `memory` (the schedule in its final order): its kernel is the
+// last that touches the memory, reads it only where it writes, and no other output claimed it. Returns
+// why not, or null when it can.
+const char* in_place_refusal(const Schedule& s, size_t k, const DeviceBuffer& out, const std::shared_ptr<DeviceBuffer>& memory,
+                             bool stale, const std::unordered_set<const DeviceBuffer*>& claimed) {
+  if (out.base) return "the output is already another tensor's memory";
+  if (stale) return "the target was overwritten since";
+  if (claimed.count(memory.get())) return "another output of this realize is written into the same memory";
+  if (memory->bytes != out.bytes || memory->device != out.device) return "size or device differ";
+  std::optional<size_t> w = writer_of(s, k);
+  if (!w) return "no kernel of this schedule computes the value";
+  for (size_t i = *w + 1; i < s.items.size(); ++i)
+    for (const UOpPtr& b : s.items[i].bufs)
+      if (&storage_of(b).memory() == memory.get()) return "a later kernel reads the old value";
+  if (!reads_only_where_it_writes(s.items[*w], *memory)) return "the kernel reads the old value at other elements than it writes";
+  return nullptr;
+}
+
+// Makes each output with a target a version of the target's memory where that is safe (Tensor::assign
+// in place); otherwise the output keeps its own new memory. First every such kernel whose result no
+// other kernel reads moves to the end (after the old value's readers), then each is checked in that
+// final order.
+void write_in_place(Schedule& s, const std::vector<UOpPtr>& targets) {
+  size_t n = std::min(targets.size(), s.outputs.size());
+  for (size_t k = 0; k < n; ++k) {
+    if (!targets[k]) continue;
+    std::optional<size_t> w = writer_of(s, k);
+    if (!w) continue;
+    bool read_later = std::any_of(s.items.begin() + static_cast<std::ptrdiff_t>(*w) + 1, s.items.end(), [&](const ScheduleItem& item) {
+      return std::find(item.bufs.begin(), item.bufs.end(), s.outputs[k]) != item.bufs.end();
+    });
+    if (!read_later) move_to_end(s, *w);
+  }
+  std::unordered_set<const DeviceBuffer*> claimed;
+  for (size_t k = 0; k < n; ++k) {
+    if (!targets[k]) continue;
+    std::shared_ptr<DeviceBuffer> out = storage_ptr(s.outputs[k]), memory = memory_of(targets[k]);
+    const char* refused = in_place_refusal(s, k, *out, memory, storage_of(targets[k]).stale(), claimed);
+    if (!refused) {
+      out->base = memory;  // version 0 until its kernel runs (realize_uops)
+      claimed.insert(memory.get());
+    } else if (config().debug >= 2) {
+      std::cerr << "kiln: assign of output " << k << " (" << out->bytes << " bytes) writes new memory: " << refused << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs, const std::vector<UOpPtr>& targets) {
   // The same computation on other data (a loop rebuilding the same graph) reuses its schedule.
   Schedule s = schedule_cache().get(outputs, new_buffer, find_realized, [&](const BufferMaker& make_buffer) {
     return create_schedule_on_big_stack(outputs, make_buffer);
   });
+  if (!targets.empty()) write_in_place(s, targets);
   if (config().debug >= 1) std::cerr << "kiln: realize: " << s.items.size() << " items\n";
   for (size_t i = 0; i < s.items.size(); ++i) {
     run_item(s.items[i]);
+    if (s.items[i].kind == ScheduleItem::Kind::Kernel) {
+      DeviceBuffer& out = storage_of(s.items[i].bufs[0]);
+      if (out.base && out.version == 0) out.version = ++out.base->latest;  // the memory now holds this value
+    }
     for (const UOpPtr& b : s.free_after[i]) storage_of(b).release();
   }
   for (size_t i = 0; i < outputs.size(); ++i)
@@ -237,8 +405,15 @@ std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs) {
 
 void set_kernel_observer(std::function<void(const UOpPtr& ast)> observer) { kernel_cache().observer = std::move(observer); }
 
+Recorder* set_recorder(Recorder* recorder) { return std::exchange(t_recorder, recorder); }
+Recorder* current_recorder() { return t_recorder; }
+
+void forbid_compiles_if_strict() {
+  if (config().strict) compiles_forbidden = true;
+}
+
 RealizeStats realize_stats() {
-  return {g_lowered.load(), g_launched.load(), schedule_cache().hits(), schedule_cache().misses()};
+  return {g_lowered.load(), g_launched.load(), schedule_cache().hits(), schedule_cache().misses(), g_allocations.load()};
 }
 
 }  // namespace kiln

@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iostream>
+#include <mutex>
 #include <numbers>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "frontend/detail.h"
 #include "frontend/realize.h"
+#include "uop/config.h"
 #include "uop/alu.h"
 
 namespace kiln {
@@ -86,6 +91,7 @@ Tensor Tensor::from_raw(const void* data, DType dtype, Shape shape, const std::s
   if (n > 0) {  // an empty tensor has no bytes to copy (and data may be null)
     storage.ensure_allocated();
     storage.device->copy_in(storage.raw, data, static_cast<size_t>(n) * dtype.itemsize());
+    if (Recorder* r = current_recorder()) r->upload(storage_ptr(buffer), data, static_cast<size_t>(n) * dtype.itemsize());
   }
   return Tensor(movement(Op::RESHAPE, buffer, shape), shape, std::move(dev));
 }
@@ -473,18 +479,123 @@ bool is_realized(const UOpPtr& u) {
 }
 }  // namespace
 
-void realize_all(std::vector<Tensor>& tensors) {
-  std::vector<UOpPtr> outputs;
-  std::vector<size_t> which;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (!is_realized(tensors[i].uop())) {
-      outputs.push_back(tensors[i].uop());
-      which.push_back(i);
+UOpPtr detail::realized_buffer(const UOpPtr& u) {
+  if (u->op == Op::BUFFER) return u;
+  if (u->op == Op::RESHAPE && u->src[0]->op == Op::BUFFER) return u->src[0];
+  return nullptr;
+}
+
+// --- live tensors (Tensor::State's list) ----------------------------------------------------------
+
+namespace {
+std::mutex g_live_mu;
+
+}  // namespace
+
+Tensor::State* Tensor::State::live_head = nullptr;
+
+Tensor::State::State() {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  next_live = live_head;
+  if (live_head) live_head->prev_live = this;
+  live_head = this;
+}
+
+Tensor::State::~State() {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  if (prev_live) prev_live->next_live = next_live;
+  else live_head = next_live;
+  if (next_live) next_live->prev_live = prev_live;
+}
+
+// How live tensors other than `skip` use the values in `buffers` (what in-place writes would overwrite):
+// the unrealized ones whose graphs read one of them (realized with the write, so they get the old
+// value), the memory that a realized tensor holds too (then not written in place: it keeps its value),
+// and every pending assign (in readers).
+Tensor::LiveUses Tensor::live_uses(const std::unordered_set<const UOp*>& buffers, const std::unordered_set<const State*>& skip) {
+  std::unordered_set<const DeviceBuffer*> memories;
+  for (const UOp* b : buffers) memories.insert(&static_cast<DeviceBuffer*>(b->arg_as<BufferArg>().storage.get())->memory());
+  LiveUses uses;
+  std::vector<std::shared_ptr<State>> live;
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    for (State* s = State::live_head; s; s = s->next_live) {
+      if (skip.count(s)) continue;
+      if (UOpPtr b = detail::realized_buffer(s->uop)) {
+        if (const DeviceBuffer* m = &storage_of(b).memory(); memories.count(m)) uses.held.insert(m);
+      } else if (std::shared_ptr<State> p = s->weak_from_this().lock()) {
+        if (p->target) uses.readers.push_back(std::move(p));  // a pending assign: state, realized with the others
+        else live.push_back(std::move(p));
+      }
     }
-  if (outputs.empty()) return;
-  std::vector<UOpPtr> buffers = realize_uops(outputs);
-  for (size_t j = 0; j < which.size(); ++j) {
-    Tensor& t = tensors[which[j]];
+  }
+  // Whether each node reads one of the buffers, over the union of the graphs (each node walked once).
+  std::unordered_map<const UOp*, bool> reads;
+  std::vector<std::pair<const UOp*, size_t>> stack;
+  auto walk = [&](const UOp* root) {
+    if (reads.count(root)) return reads[root];
+    stack.push_back({root, 0});
+    reads[root] = false;
+    while (!stack.empty()) {
+      auto& [u, next] = stack.back();
+      if (next < u->src.size()) {
+        const UOp* s = u->src[next++].get();
+        if (auto [it, fresh] = reads.try_emplace(s, buffers.count(s) > 0); fresh && !it->second) stack.push_back({s, 0});
+        continue;
+      }
+      bool r = false;
+      for (const UOpPtr& s : u->src) r = r || reads[s.get()];
+      reads[u] = r;
+      stack.pop_back();
+    }
+    return reads[root];
+  };
+  for (std::shared_ptr<State>& s : live)
+    if (walk(s->uop.get())) uses.readers.push_back(std::move(s));
+  return uses;
+}
+
+void realize_all(std::vector<Tensor>& given) {
+  std::vector<Tensor> tensors;  // each unrealized one once
+  std::unordered_set<const Tensor::State*> included;
+  for (const Tensor& t : given)
+    if (!is_realized(t.uop()) && included.insert(t.state_.get()).second) tensors.push_back(t);
+  if (tensors.empty()) return;
+  // In-place writes (assign): the other unrealized tensors that read a value overwritten (a loss read
+  // after the optimizer's step, a gradient) are computed first, as PyTorch would have computed them
+  // already; repeated, since one of them may write in place too. A value another tensor still holds is
+  // not overwritten: that assign writes new memory.
+  // Every other pending assign is realized with them too (batch norm's running statistics when the
+  // optimizer steps), and inside a captured step every pending assign is (frontend/jit.h).
+  std::unordered_set<const UOp*> written;
+  std::unordered_set<const DeviceBuffer*> held;
+  bool assigning = current_recorder() != nullptr ||
+                   std::any_of(tensors.begin(), tensors.end(), [](const Tensor& t) { return t.state_->target != nullptr; });
+  for (size_t done = 0; assigning;) {
+    std::unordered_set<const UOp*> fresh;
+    for (; done < tensors.size(); ++done)
+      if (const UOpPtr& target = tensors[done].state_->target; target && written.insert(target.get()).second) fresh.insert(target.get());
+    Tensor::LiveUses uses = Tensor::live_uses(fresh, included);
+    held.insert(uses.held.begin(), uses.held.end());
+    assigning = !uses.readers.empty();
+    for (std::shared_ptr<Tensor::State>& s : uses.readers) {
+      included.insert(s.get());
+      tensors.push_back(Tensor(std::move(s)));
+    }
+  }
+  std::vector<UOpPtr> outputs, targets;
+  for (const Tensor& t : tensors) {
+    outputs.push_back(t.uop());
+    const UOpPtr& target = t.state_->target;
+    bool keep = target && !held.count(&storage_of(target).memory());
+    if (target && !keep && config().debug >= 2)
+      std::cerr << "kiln: assign of a " << shape_str(t.shape()) << " tensor writes new memory: another tensor holds its old value\n";
+    targets.push_back(keep ? target : nullptr);
+  }
+  std::vector<UOpPtr> buffers = realize_uops(outputs, targets);
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    Tensor& t = tensors[j];
+    t.state_->target = nullptr;
     UOpPtr before = std::exchange(t.state_->uop, movement(Op::RESHAPE, buffers[j], t.shape()));
     detail::after_realize(t, before);
   }
@@ -515,6 +626,9 @@ void Tensor::copy_out(void* dst, DType want) {
   if (numel() == 0) return;  // nothing to copy (dst may be null)
   const UOpPtr& buffer = uop()->src[0];
   DeviceBuffer& storage = storage_of(buffer);
+  if (storage.stale())
+    throw Error(kiln::cat("to_vector: this ", shape_str(shape()), " ", dtype().name(), " tensor's value was overwritten by an inplace "
+                          "operation (Tensor::assign into the memory it shares); read it before the assign"));
   storage.ensure_allocated();
   storage.device->copy_out(dst, storage.raw, static_cast<size_t>(numel()) * dtype().itemsize());
 }

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,8 @@
 #include "uop/uop.h"
 
 namespace kiln {
+
+struct DeviceBuffer;  // frontend/realize.h
 
 class Tensor {
  public:
@@ -208,8 +211,12 @@ class Tensor {
   std::optional<Tensor> grad() const;
   void set_grad(std::optional<Tensor> grad);  // set_grad(std::nullopt) is zero_grad
   Tensor detach() const;                      // same value, no gradient flows through
-  // Replaces this tensor's value in place (every handle sees it), keeping its identity as a leaf:
-  // what optimizers do. Shape, dtype and device must match.
+  // Replaces this tensor's value (every handle sees it), keeping its identity as a leaf: what
+  // optimizers do. Shape, dtype and device must match. When this tensor is realized, the value is
+  // written into its memory in place as it is realized (no new allocation), unless a kernel of that
+  // realize reads the old value elsewhere afterwards; each such write makes the old value's readers
+  // stale: realizing a graph built before the write, or backward() through one, is an error
+  // ("modified by an inplace operation"), as in PyTorch.
   Tensor& assign(const Tensor& value);
 
   // --- running -------------------------------------------------------------------------------
@@ -226,7 +233,15 @@ class Tensor {
   Tensor();  // a float32 scalar 0 on the default device, so a Tensor member can be assigned later
 
  private:
-  struct State {
+  // Every live State is on one list, so that an in-place write can find the unrealized tensors that
+  // still read the value it overwrites (realize_all computes them first).
+  struct State : std::enable_shared_from_this<State> {
+    State();
+    ~State();
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    State *prev_live = nullptr, *next_live = nullptr;
+    static State* live_head;
     UOpPtr uop;
     Shape shape;
     UOpPtr device;  // the DEVICE node: given by the op that made the tensor, else found on first use
@@ -235,9 +250,17 @@ class Tensor {
     bool requires_grad = false;
     std::shared_ptr<Tensor> grad;
     UOpPtr former;
+    // assign: the BUFFER whose memory the pending value is written into when realized (in place).
+    UOpPtr target;
   };
   friend struct Autograd;
   std::shared_ptr<State> state_;
+  explicit Tensor(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  struct LiveUses {
+    std::vector<std::shared_ptr<State>> readers;
+    std::unordered_set<const DeviceBuffer*> held;
+  };
+  static LiveUses live_uses(const std::unordered_set<const UOp*>& buffers, const std::unordered_set<const State*>& skip);
 
   Tensor(UOpPtr uop, Shape shape, UOpPtr device);
   // A tensor computed from this one (and operands on the same device): it lives on this device.

@@ -1,6 +1,7 @@
 // Tensor: more creation ops, random numbers, and elementwise math built from the IR's primitives
 // (exp2, log2, sin, sqrt, recip, trunc and the arithmetic ops): every function here is a
 // decomposition, so devices only ever see primitives.
+#include <cstring>
 #include <atomic>
 #include <cmath>
 #include <numbers>
@@ -55,12 +56,14 @@ Tensor mix32(Tensor x) {
 
 Tensor random_bits(const Shape& shape, const std::string& device) {
   int64_t n = numel(shape);
-  uint64_t start = g_counter.fetch_add(static_cast<uint64_t>(n));
-  uint64_t seed = g_seed.load();
   // The counter and seed enter as a tiny buffer, not as constants, so every call (a dropout mask each
-  // training step) runs the same compiled kernel.
-  Tensor words = Tensor::from_vector<uint32_t>({static_cast<uint32_t>(start), static_cast<uint32_t>(start >> 32),
-                                                static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}, {4}, device);
+  // training step) runs the same compiled kernel; a captured step draws new numbers on each replay.
+  Tensor words = detail::host_tensor({4}, dtypes::uint32, device, [n](void* dst) {
+    uint64_t start = g_counter.fetch_add(static_cast<uint64_t>(n)), seed = g_seed.load();
+    uint32_t w[4] = {static_cast<uint32_t>(start), static_cast<uint32_t>(start >> 32), static_cast<uint32_t>(seed),
+                     static_cast<uint32_t>(seed >> 32)};
+    std::memcpy(dst, w, sizeof w);
+  });
   auto word = [&](int64_t i) { return words.shrink({{i, i + 1}}).expand({n}); };
   Tensor counter = Tensor::arange(n, dtypes::uint32, device) + word(0);
   Tensor h = mix32(counter.bitwise_xor(word(2)) + word(1));

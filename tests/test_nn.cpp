@@ -330,6 +330,7 @@ TEST_CASE("optim: an Adam step over many parameters takes few kernels, compiled 
         Tensor g = *p.grad();
         g.realize();  // so the step below counts only the update kernels
       }
+      loss.realize();  // (a lazy loss that reads the parameters would be computed before their update)
     }
     RealizeStats before = realize_stats();
     opt.step();

@@ -22,6 +22,7 @@
 
 #include "bench.h"
 #include "bench_reference.h"
+#include "frontend/jit.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
 #include "frontend/realize.h"
@@ -166,15 +167,20 @@ ModelResult run_model(const ModelCase& m, const TorchBench& torch, int warmup, i
 
   Tensor tx = Tensor::from_vector(x, m.input), ty = Tensor::from_vector(y, {m.input[0]});
   std::unique_ptr<optim::Optimizer> opt = make_optimizer(m.optim, model->parameters());
-  auto kiln_step = [&] {
-    auto start = Clock::now();
-    Tensor loss = nn::cross_entropy(model->forward(tx), ty);
+  // The step as `kiln train` runs it: captured by the Jit on its first calls, replayed after
+  // (KILN_JIT=0: eager every time).
+  Jit jit([&](const std::vector<Tensor>& in) {
+    Tensor loss = nn::cross_entropy(model->forward(in[0]), in[1]);
     loss.backward();
     std::vector<Tensor> extra = model->buffers();
     extra.push_back(loss);
     opt->step(extra);
     opt->zero_grad();
-    float value = loss.item<float>();
+    return std::vector<Tensor>{loss};
+  });
+  auto kiln_step = [&] {
+    auto start = Clock::now();
+    float value = jit({tx, ty})[0].item<float>();
     if (!std::isfinite(value)) throw Error(cat("bench train: ", m.name, ": kiln's loss became ", value));
     return std::pair{std::chrono::duration<double>(Clock::now() - start).count(), static_cast<double>(value)};
   };
@@ -192,7 +198,7 @@ ModelResult run_model(const ModelCase& m, const TorchBench& torch, int warmup, i
   }
   size_t launched = realize_stats().kernels_launched;
   kiln_step();
-  r.kernels = realize_stats().kernels_launched - launched;
+  r.kernels = jit.stats().replays > 0 ? jit.stats().kernels_per_replay : realize_stats().kernels_launched - launched;
   // Interleaved in rounds, so that both see the same machine. Each side's worker threads spin for a
   // while after their work (kiln's launch team ~1 ms, OpenMP's and OpenBLAS's longer) and would compete
   // with the other side's: a pause at each switch lets them sleep first.
@@ -251,7 +257,7 @@ void run_bench_train(const BenchOptions& options) {
     }
   } remove_cache{cache};
 
-  int warmup = 2, rounds = options.quick ? 2 : 3, steps = options.quick ? 3 : 5;
+  int warmup = 4, rounds = options.quick ? 2 : 3, steps = options.quick ? 3 : 5;
   CReference ref = CReference::build();
   TorchBench torch = TorchBench::load();
   std::vector<ModelCase> cases{

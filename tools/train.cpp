@@ -13,6 +13,7 @@
 
 #include "frontend/checkpoint.h"
 #include "frontend/data.h"
+#include "frontend/jit.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
 
@@ -154,16 +155,22 @@ void run_train(const TrainOptions& o) {
   int64_t first_step = step;
   std::deque<std::pair<Clock::time_point, int64_t>> recent;  // (end of a step, its number)
   double smoothed = NAN;
-  std::vector<Tensor> batch;
-  while (step < total) {
-    if (!batches.next(batch)) continue;  // end of an epoch: the next call starts the next one
-    Tensor x = prepare(batch[0], mean, stddev);
-    Tensor loss = nn::cross_entropy(model->forward(x), batch[1]);
+  // One training step; state (parameters, moments, batch norm's statistics) is updated in place, so
+  // the Jit captures it on its first calls and replays its kernels after (frontend/jit.h).
+  auto train_step = [&](const std::vector<Tensor>& in) {
+    Tensor loss = nn::cross_entropy(model->forward(prepare(in[0], mean, stddev)), in[1]);
     loss.backward();
     std::vector<Tensor> extra = model->buffers();
     extra.push_back(loss);
     opt.step(extra);
     opt.zero_grad();
+    return std::vector<Tensor>{loss};
+  };
+  Jit jit(train_step);
+  std::vector<Tensor> batch;
+  while (step < total) {
+    if (!batches.next(batch)) continue;  // end of an epoch: the next call starts the next one
+    Tensor loss = o.jit ? jit(batch)[0] : train_step(batch)[0];
     schedule.step();
     ++step;
     float value = loss.item<float>();

@@ -18,6 +18,7 @@ struct TrainOptions {
   int64_t max_steps = -1;           // stop after this many steps in total (for tests and quick runs)
   std::string save, resume;         // checkpoint paths
   bool eval = true;
+  bool jit = true;                  // capture the step once and replay it (kiln::Jit); --no-jit runs it eagerly
 };
 
 extern const char* const kTrainHelp;

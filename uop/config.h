@@ -33,7 +33,9 @@ struct Config {
   std::string device;     // KILN_DEVICE, default device name, upper-case ("" = choose automatically)
   int beam = 0;           // KILN_BEAM, beam width, 0 = search off; >= 0
   std::string cache_dir;  // KILN_CACHE_DIR; from_env fills the default ($XDG_CACHE_HOME/kiln, $HOME/.cache/kiln, /tmp/kiln-cache)
-  bool jit = true;        // KILN_JIT: 0/1/true/false
+  bool jit = true;        // KILN_JIT: kiln::Jit captures and replays steps (0: every call runs eagerly)
+  bool jit_check = false; // KILN_JIT_CHECK: every call of a captured step rebuilds it and compares with the capture
+  bool strict = false;    // KILN_STRICT: compiling a kernel once a captured step replays is an error
   int fuzz = 1;           // KILN_FUZZ: multiplier for randomized test counts (longer local runs), >= 1
   bool spirv_val = false; // KILN_SPIRV_VAL: the VULKAN device runs spirv-val on every module it compiles
 
