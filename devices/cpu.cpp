@@ -355,6 +355,16 @@ class CpuProgram : public Program {
   int threads_;
 };
 
+// The vector register of this machine, which kernels compiled with -march=native use: the upcast
+// heuristics size their tiles by it (an AVX-512 tile on an AVX2 machine spills).
+int64_t host_vector_bytes() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (__builtin_cpu_supports("avx512f")) return 64;
+  if (__builtin_cpu_supports("avx2")) return 32;
+#endif
+  return 16;
+}
+
 class CpuDevice : public Device {
  public:
   explicit CpuDevice(const Toolchain& tc) : tc_(tc) {
@@ -368,6 +378,7 @@ class CpuDevice : public Device {
     if (pages > 0 && page_size > 0) spec_.max_buffer_bytes = int64_t(pages) * page_size;
     spec_.has_fp16 = false;  // float16 is stored as 16 bits and computed in float
     spec_.has_fp64 = true;
+    spec_.vector_bytes = host_vector_bytes();
   }
   ~CpuDevice() override { release_cached(); }
 

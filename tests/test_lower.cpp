@@ -28,6 +28,9 @@ std::string kernel_source(const Tensor& out, const std::string& device) {
   return lower_kernel(s.items[0].ast, get_device(device).spec()).source;
 }
 
+// The CPU kernels' vector type: as wide as this machine's vector register (AVX-512: float32x16, AVX2: x8).
+std::string cpu_vector() { return cat("float32x", get_device("CPU").spec().vector_bytes / 4); }
+
 void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -40,8 +43,8 @@ TEST_CASE("an elementwise kernel on a contiguous axis loads, computes and stores
   Tensor a = Tensor::from_vector(iota_floats(64), {4, 16}, "CPU"), b = Tensor::from_vector(iota_floats(64, 0.5f), {4, 16}, "CPU");
   std::string c = kernel_source((a * b + a).relu(), "CPU");
   INFO(c);
-  CHECK(c.find("typedef float float32x16 __attribute__((vector_size(64)));") != std::string::npos);
-  CHECK(c.find("float32x16 val") != std::string::npos);
+  CHECK(c.find(cat("typedef float ", cpu_vector(), " __attribute__((vector_size(", get_device("CPU").spec().vector_bytes, ")));")) != std::string::npos);
+  CHECK(c.find(cpu_vector() + " val") != std::string::npos);
   CHECK(c.find("__builtin_memcpy(&val") != std::string::npos);  // unaligned vector loads
   CHECK(c.find("__builtin_memcpy((data0+") != std::string::npos);  // and an unaligned vector store
   Tensor ra = Tensor::from_vector(iota_floats(64), {4, 16}, "REF");
@@ -54,7 +57,7 @@ TEST_CASE("a transposed input is read lane by lane and put together into a vecto
     std::vector<float> x = iota_floats(16 * 32);
     Tensor t = Tensor::from_vector(x, {16, 32}, device).permute({1, 0});  // [32, 16], stride 32 along the last axis
     Tensor y = t * 2.0 + 1.0;
-    if (std::string(device) == "CPU") CHECK(kernel_source(y, device).find("(float32x16){") != std::string::npos);
+    if (std::string(device) == "CPU") CHECK(kernel_source(y, device).find("(" + cpu_vector() + "){") != std::string::npos);
     std::vector<float> want(32 * 16);
     for (size_t i = 0; i < 32; ++i)
       for (size_t j = 0; j < 16; ++j) want[i * 16 + j] = x[j * 32 + i] * 2 + 1;
@@ -117,7 +120,7 @@ TEST_CASE("matmul and column sums accumulate in vectors", "[lower]") {
     std::vector<float> a = iota_floats(24 * 20), b = iota_floats(20 * 32, 0.125f);
     Tensor ta = Tensor::from_vector(a, {24, 20}, device), tb = Tensor::from_vector(b, {20, 32}, device);
     Tensor mm = ta.matmul(tb);
-    if (std::string(device) == "CPU") CHECK(kernel_source(mm, device).find("float32x16 acc") != std::string::npos);
+    if (std::string(device) == "CPU") CHECK(kernel_source(mm, device).find(cpu_vector() + " acc") != std::string::npos);
     std::vector<float> want(24 * 32, 0.0f);
     for (size_t i = 0; i < 24; ++i)
       for (size_t j = 0; j < 32; ++j)
@@ -143,7 +146,7 @@ TEST_CASE("a ReLU and its gradient mask inside a matmul's tile stay vectors", "[
     Tensor mm = ta.matmul(tb.relu());
     if (std::string(device) == "CPU") {
       std::string src = kernel_source(mm, device);
-      CHECK(src.find("float32x16 acc") != std::string::npos);
+      CHECK(src.find(cpu_vector() + " acc") != std::string::npos);
       CHECK(src.find("[0]<") == std::string::npos);  // no comparison of a single lane
     }
     std::vector<float> want(24 * 32, 0.0f);

@@ -55,11 +55,18 @@ void ref_triad(float* a, const float* b, const float* c, float scalar, int64_t n
   for (int64_t i = 0; i < n; ++i) a[i] = b[i] + scalar * c[i];
 }
 
-// The fp32 FMA peak: per thread, 12 independent chains of 16-float vectors (GCC's vector extension
-// picks the width; 12 chains cover 4 cycles of latency on 2 FMA pipes with room to spare). Returns the
-// flops done and writes a checksum, so the compiler cannot drop the work.
-typedef float float16v __attribute__((vector_size(64)));
+// The fp32 FMA peak: per thread, independent chains of one vector register each (12 covers 4 cycles
+// of latency on 2 FMA pipes with room to spare). The vector is the machine's register: AVX-512 has 32
+// registers of 16 floats, AVX2 16 of 8 (there, 12 chains of 16 floats would spill and measure memory,
+// not the FMA units). Returns the flops done and writes a checksum, so the compiler cannot drop the work.
+#if defined(__AVX512F__)
+#define LANES 16
 #define CHAINS 12
+#else
+#define LANES 8
+#define CHAINS 10
+#endif
+typedef float floatv __attribute__((vector_size(LANES * 4)));
 
 double ref_fma_peak(int64_t iterations, float* checksum) {
   float total = 0.0f;
@@ -68,14 +75,14 @@ double ref_fma_peak(int64_t iterations, float* checksum) {
   {
 #pragma omp single
     threads = omp_get_num_threads();
-    float16v acc[CHAINS];
-    const float16v mul = (float16v){} + 0.9999999f, add = (float16v){} + 1e-7f;
-    for (int k = 0; k < CHAINS; ++k) acc[k] = (float16v){} + (float)(k + omp_get_thread_num());
+    floatv acc[CHAINS];
+    const floatv mul = (floatv){} + 0.9999999f, add = (floatv){} + 1e-7f;
+    for (int k = 0; k < CHAINS; ++k) acc[k] = (floatv){} + (float)(k + omp_get_thread_num());
     for (int64_t it = 0; it < iterations; ++it)
       for (int k = 0; k < CHAINS; ++k) acc[k] = acc[k] * mul + add;
     for (int k = 0; k < CHAINS; ++k)
-      for (int lane = 0; lane < 16; ++lane) total += acc[k][lane];
+      for (int lane = 0; lane < LANES; ++lane) total += acc[k][lane];
   }
   *checksum = total;
-  return 2.0 * 16 * CHAINS * (double)iterations * threads;
+  return 2.0 * LANES * CHAINS * (double)iterations * threads;
 }
