@@ -364,23 +364,29 @@ ClassProblem flatten_classes(const Tensor& scores, const Tensor& target, const c
 }
 
 // Class targets: integers in [0, C) or equal to ignore_index, since a wrong label would otherwise
-// silently count for nothing. The device finds the smallest bad target (or none) and the host reads
-// that one number, as host work: a captured step (frontend/jit.h) checks every replay's targets too.
+// silently count for nothing. The device counts the bad targets and finds the smallest; the host reads
+// those two numbers, as host work: a captured step (frontend/jit.h) checks every replay's targets too.
 void check_targets(const Tensor& target, int64_t c, int64_t ignore_index, const char* op) {
   if (!is_int(target.dtype())) throw Error(kiln::cat(op, ": targets must be class indices (integers), got ", target.dtype().name()));
   if (target.numel() == 0) return;
-  Tensor t = target.cast(dtypes::int64).reshape({-1});
-  Tensor none = Tensor::full({1}, static_cast<double>(INT64_MAX), dtypes::int64, t.device()).expand(t.shape());
-  Tensor bad = (t.lt(t.zeros_like()).logical_or(t.ge(t.full_like(static_cast<double>(c))))).logical_and(t.ne(t.full_like(static_cast<double>(ignore_index))));
-  Tensor worst = bad.where(t, none).min();
-  worst.realize();
-  auto memory = storage_ptr(detail::realized_buffer(worst.uop()));
+  // Compared in int32 or int64 as given (narrow and unsigned types widen first, so that C and -100 are
+  // exact). int32 targets stay int32: lavapipe (Mesa 22.3) miscompiles an int32 -> int64 conversion
+  // that feeds a comparison (2 >= 4 came out true), so widening every target broke this check there.
+  DType dt = target.dtype() == dtypes::int64 || target.dtype() == dtypes::uint32 || target.dtype() == dtypes::uint64 ? dtypes::int64 : dtypes::int32;
+  Tensor t = target.cast(dt).reshape({-1});
+  auto full = [&](double v) { return t.full_like(v); };
+  Tensor bad = (t.lt(full(0)).logical_or(t.ge(full(static_cast<double>(c))))).logical_and(t.ne(full(static_cast<double>(ignore_index))));
+  double largest = dt == dtypes::int64 ? static_cast<double>(INT64_MAX) : static_cast<double>(INT32_MAX);
+  std::vector<Tensor> found{bad.cast(dtypes::float32).sum(), bad.where(t, full(largest)).min().cast(dtypes::int64)};
+  realize_all(found);
+  auto count = storage_ptr(detail::realized_buffer(found[0].uop())), worst = storage_ptr(detail::realized_buffer(found[1].uop()));
   std::string name = op;
-  detail::host_work([memory, c, ignore_index, name] {
+  detail::host_work([count, worst, c, ignore_index, name] {
+    float n = 0;
     int64_t v = 0;
-    memory->memory().ensure_allocated();
-    memory->device->copy_out(&v, memory->memory().raw, sizeof v);
-    if (v != INT64_MAX)
+    count->device->copy_out(&n, count->memory().raw, sizeof n);
+    worst->device->copy_out(&v, worst->memory().raw, sizeof v);
+    if (n > 0)
       throw Error(kiln::cat(name, ": target ", v, " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
   });
 }
