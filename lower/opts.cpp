@@ -610,7 +610,9 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       std::optional<int> row = rows_of(true);
       if (!row) row = rows_of(false);
       if (row) {
-        int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 ? 8 : 4;
+        // 8 rows, or 4 where vector registers are few (AVX2's 16): then the tile still gets its second
+        // vector below, 4x2 vectors, and each broadcast load of A feeds two FMAs instead of one.
+        int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 && !(vector && spec.vector_bytes < 64) ? 8 : 4;
         opts.push_back({OptOp::UPCAST, *row, amount});
         remaining[*row] /= amount;
         tile_rows = amount;
@@ -682,7 +684,11 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       for (const Opt& o : opts)
         if (o.op == OptOp::UPCAST) copies *= o.amount;
       int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({total / used, spec.max_local_dims[0]}));
-      while (n >= 8 && copies * used * n * 8 > spec.shared_bytes) n /= 2;  // 8: the widest element
+      // At most 32 KiB of shared arrays (8 bytes: the widest element), whatever the device offers: PoCL
+      // offers 512 KiB, and a 8x16 register tile x 8 work-items x 32-way group (256 KiB) took its
+      // compiler over 20 minutes for one kernel (a cache-split weight gradient, AVX2 host).
+      int64_t shared = std::min<int64_t>(spec.shared_bytes, 32 * 1024);
+      while (n >= 8 && copies * used * n * 8 > shared) n /= 2;
       if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
     }
   } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {
