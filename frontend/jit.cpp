@@ -36,7 +36,6 @@ namespace {
 
 using detail::movement;
 
-std::shared_ptr<DeviceBuffer> memory_ptr(const std::shared_ptr<DeviceBuffer>& s) { return s->base ? s->base : s; }
 
 // One call of the step, as it ran.
 struct Recording final : Recorder {
@@ -89,7 +88,6 @@ struct Jit::Capture {
     LaunchDims dims;
     std::vector<Slot> slots;
     std::function<void()> work;
-    std::string name;
   };
   std::vector<Step> steps;
   Resolved roles;  // the capture's, for KILN_JIT_CHECK
@@ -108,7 +106,7 @@ namespace {
 
 Role role_of(const std::shared_ptr<DeviceBuffer>& storage, const std::vector<const DeviceBuffer*>& inputs, uint64_t first_serial,
              Resolved& r, std::unordered_map<const DeviceBuffer*, size_t>& internal_index) {
-  std::shared_ptr<DeviceBuffer> memory = memory_ptr(storage);
+  std::shared_ptr<DeviceBuffer> memory = memory_owner(storage);
   for (size_t j = 0; j < inputs.size(); ++j)
     if (inputs[j] == memory.get()) return {Role::Kind::Input, j, nullptr};
   if (memory->serial < first_serial) {
@@ -140,7 +138,7 @@ std::vector<const DeviceBuffer*> input_memory(const std::vector<Tensor>& inputs)
 }
 
 std::string slot_text(const CapturedLaunch& l, size_t slot) {
-  return cat("kernel ", l.name, ", argument ", slot, " (", describe(*memory_ptr(l.bufs[slot])), ")");
+  return cat("kernel ", l.name, ", argument ", slot, " (", describe(*memory_owner(l.bufs[slot])), ")");
 }
 
 // The two recorded calls (or the capture and a checked call) must have done the same thing.
@@ -190,11 +188,10 @@ void finalize(Jit::Capture& c, Recording rec, Resolved r, const std::vector<Tens
     step.work = e.work;
     step.program = e.launch.program;
     step.dims = e.launch.dims;
-    step.name = e.launch.name;
     for (size_t k = 0; k < e.launch.bufs.size(); ++k) {
       const Role& role = r.roles[i][k];
       if (role.kind == Role::Kind::Input) step.slots.push_back({true, role.index, nullptr});
-      else step.slots.push_back({false, 0, memory_ptr(e.launch.bufs[k]).get()});
+      else step.slots.push_back({false, 0, memory_owner(e.launch.bufs[k]).get()});
     }
     if (!e.work && r.roles[i][0].kind == Role::Kind::Internal) {
       std::shared_ptr<DeviceBuffer> written = r.internal[r.roles[i][0].index];
@@ -220,7 +217,7 @@ std::vector<Tensor> replay(Jit::Capture& c, const std::vector<Tensor>& inputs) {
                       "with assign(), or build a new Jit"));
   std::vector<std::shared_ptr<DeviceBuffer>> in;
   for (const Tensor& t : inputs) {
-    in.push_back(memory_ptr(storage_ptr(detail::realized_buffer(t.uop()))));
+    in.push_back(memory_owner(storage_ptr(detail::realized_buffer(t.uop()))));
     in.back()->ensure_allocated();
   }
   auto memory = [&](const Jit::Capture::Slot& slot) { return slot.is_input ? in[slot.input].get() : slot.memory; };

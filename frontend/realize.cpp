@@ -268,6 +268,8 @@ std::shared_ptr<DeviceBuffer> storage_ptr(const UOpPtr& buffer) {
   return std::static_pointer_cast<DeviceBuffer>(arg.storage);
 }
 
+std::shared_ptr<DeviceBuffer> memory_owner(const std::shared_ptr<DeviceBuffer>& storage) { return storage->base ? storage->base : storage; }
+
 namespace {
 
 UOpPtr find_realized(const UOpPtr& u) { return realized_map().find(u); }
@@ -290,10 +292,7 @@ namespace {
 
 // --- in-place writes (Tensor::assign) ---------------------------------------------------------------
 
-std::shared_ptr<DeviceBuffer> memory_of(const UOpPtr& buffer) {
-  std::shared_ptr<DeviceBuffer> storage = storage_ptr(buffer);
-  return storage->base ? storage->base : storage;
-}
+std::shared_ptr<DeviceBuffer> memory_of(const UOpPtr& buffer) { return memory_owner(storage_ptr(buffer)); }
 
 // Whether a kernel that writes `memory` reads it only at the element it writes (an optimizer's
 // p - lr * g): then every element is read before it is overwritten, whatever the order of the work.

@@ -41,6 +41,8 @@ UOpPtr device_node(const std::string& name);                         // DEVICE(n
 UOpPtr new_buffer(const UOpPtr& device, int64_t size, DType dtype);   // a BUFFER with lazy storage
 DeviceBuffer& storage_of(const UOpPtr& buffer);
 std::shared_ptr<DeviceBuffer> storage_ptr(const UOpPtr& buffer);
+// The storage that owns the memory: `storage` itself, or for a version written in place its base.
+std::shared_ptr<DeviceBuffer> memory_owner(const std::shared_ptr<DeviceBuffer>& storage);
 // A new BUFFER node for the value `memory` holds now (its latest version): a captured step's output.
 UOpPtr current_value(const std::shared_ptr<DeviceBuffer>& memory, const UOpPtr& device, int64_t size, DType dtype);
 uint64_t next_buffer_serial();  // storage made from now on has this serial or a later one

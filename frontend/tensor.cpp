@@ -473,12 +473,6 @@ Tensor Tensor::contiguous() const { return derived(UOp::make(Op::CONTIGUOUS, dty
 
 // --- running -----------------------------------------------------------------------------------
 
-namespace {
-bool is_realized(const UOpPtr& u) {
-  return u->op == Op::BUFFER || (u->op == Op::RESHAPE && u->src[0]->op == Op::BUFFER);
-}
-}  // namespace
-
 UOpPtr detail::realized_buffer(const UOpPtr& u) {
   if (u->op == Op::BUFFER) return u;
   if (u->op == Op::RESHAPE && u->src[0]->op == Op::BUFFER) return u->src[0];
@@ -559,7 +553,7 @@ void realize_all(std::vector<Tensor>& given) {
   std::vector<Tensor> tensors;  // each unrealized one once
   std::unordered_set<const Tensor::State*> included;
   for (const Tensor& t : given)
-    if (!is_realized(t.uop()) && included.insert(t.state_.get()).second) tensors.push_back(t);
+    if (!detail::realized_buffer(t.uop()) && included.insert(t.state_.get()).second) tensors.push_back(t);
   if (tensors.empty()) return;
   // In-place writes (assign): the other unrealized tensors that read a value overwritten (a loss read
   // after the optimizer's step, a gradient) are computed first, as PyTorch would have computed them
