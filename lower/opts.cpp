@@ -610,9 +610,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       std::optional<int> row = rows_of(true);
       if (!row) row = rows_of(false);
       if (row) {
-        // 8 rows, or 4 where vector registers are few (AVX2's 16): then the tile still gets its second
-        // vector below, 4x2 vectors, and each broadcast load of A feeds two FMAs instead of one.
-        int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 && !(vector && spec.vector_bytes < 64) ? 8 : 4;
+        int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 ? 8 : 4;
         opts.push_back({OptOp::UPCAST, *row, amount});
         remaining[*row] /= amount;
         tile_rows = amount;
