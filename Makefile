@@ -32,10 +32,14 @@ test: deps
 	cd $(BUILD) && ctest $(CTEST_FLAGS)
 
 # The same tests, built with AddressSanitizer + UndefinedBehaviorSanitizer in their own directory.
+# intercept_tls_get_addr=0: LeakSanitizer otherwise records the dynamic TLS that PoCL (LLVM, loaded with
+# dlopen) creates and, after a failed OpenCL compile, reads a bogus DTLS range at exit and crashes its own
+# tracer ("Tracer caught signal 11"), failing a test whose assertions all passed. Static TLS and every
+# thread stack are still scanned.
 asan: deps
 	@test -f $(ASAN_BUILD)/CMakeCache.txt || cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
 
 # The thread pool, interning, realize and search tests under ThreadSanitizer, in their own directory
 # (any report fails the run). Only the test binary is built.
