@@ -109,13 +109,58 @@ Tensor pad_or_crop(const Tensor& x, const Pairs& amounts) {
 // stride and padded so that every input position sees the outputs its taps fed, convolved with the
 // weights flipped and their channel axes swapped within each group. A gather, like the forward
 // convolution, instead of the scatter that differentiating the window view gives.
+// Flipped weights with their channel axes swapped within each group: (K, Cg, R, S) -> (G*Cg, K/G, R, S).
+Tensor flipped_for_input_grad(const Tensor& weight, int64_t groups) {
+  int64_t k = weight.shape()[0], cg = weight.shape()[1], kg = k / groups, r = weight.shape()[2], s = weight.shape()[3];
+  return weight.reshape({groups, kg, cg, r, s}).permute({0, 2, 1, 3, 4}).reshape({groups * cg, kg, r, s}).flip({2, 3});
+}
+
+// The input gradient of a strided, undilated conv2d, one phase at a time. The input positions
+// ih = a + i*stride of phase a see only the taps r = r0 + j*stride (r0 = (a + padding) mod stride),
+// through the outputs oh = i + (a + padding - r0)/stride - j: per phase, a stride-1 convolution of g
+// with that sub-kernel, flipped. The phases go back into their slots of an (H/stride, stride) view,
+// summed in one elementwise kernel. Every multiply-add is one the gradient needs; convolving g dilated
+// with zeros did stride^2 times the work, through loads masked lane by lane (the N8 16->32 28x28 stride-2
+// input gradient of `kiln bench sweep` ran at 1% of the FMA peak).
+Tensor conv2d_input_grad_phases(const Tensor& g, const Tensor& weight, const Shape& input, std::array<int64_t, 2> stride,
+                                std::array<int64_t, 2> padding, int64_t groups) {
+  int64_t n = g.shape()[0], c = input[1];
+  std::array<int64_t, 2> taps{weight.shape()[2], weight.shape()[3]}, size{input[2], input[3]}, out{g.shape()[2], g.shape()[3]};
+  std::array<int64_t, 2> cells{(size[0] + stride[0] - 1) / stride[0], (size[1] + stride[1] - 1) / stride[1]};
+  std::optional<Tensor> total;
+  for (int64_t a = 0; a < stride[0]; ++a)
+    for (int64_t b = 0; b < stride[1]; ++b) {
+      std::array<int64_t, 2> phase{a, b}, first{}, count{}, positions{};
+      Pairs amounts{{0, 0}, {0, 0}};
+      bool empty = false;
+      for (int i = 0; i < 2; ++i) {
+        first[i] = (phase[i] + padding[i]) % stride[i];
+        count[i] = first[i] < taps[i] ? (taps[i] - first[i] + stride[i] - 1) / stride[i] : 0;
+        positions[i] = size[i] > phase[i] ? (size[i] - phase[i] + stride[i] - 1) / stride[i] : 0;
+        empty |= count[i] == 0 || positions[i] == 0;
+        int64_t base = (phase[i] + padding[i] - first[i]) / stride[i] - (count[i] - 1);  // g's row under tap 0 of row 0
+        amounts.push_back({-base, positions[i] + base + count[i] - 1 - out[i]});
+      }
+      if (empty) continue;  // no tap reaches these positions: their gradient is 0
+      Tensor sub = weight.slice(2, first[0], std::nullopt, stride[0]).slice(3, first[1], std::nullopt, stride[1]);
+      Tensor part = pad_or_crop(g, amounts).conv2d(flipped_for_input_grad(sub, groups), std::nullopt, {1, 1}, {0, 0}, {1, 1}, groups);
+      part = part.pad({{0, 0}, {0, 0}, {0, cells[0] - positions[0]}, {0, cells[1] - positions[1]}})
+                 .reshape({n, c, cells[0], 1, cells[1], 1})
+                 .pad({{0, 0}, {0, 0}, {0, 0}, {a, stride[0] - 1 - a}, {0, 0}, {b, stride[1] - 1 - b}});
+      total = total ? *total + part : part;
+    }
+  if (!total) return Tensor::zeros(input, g.dtype(), g.device());
+  return total->reshape({n, c, cells[0] * stride[0], cells[1] * stride[1]}).shrink({{0, n}, {0, c}, {0, size[0]}, {0, size[1]}});
+}
+
 Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, const Shape& input, std::array<int64_t, 2> stride,
                          std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+  if ((stride[0] > 1 || stride[1] > 1) && dilation[0] == 1 && dilation[1] == 1)
+    return conv2d_input_grad_phases(g, weight, input, stride, padding, groups);
   int64_t n = g.shape()[0], k = g.shape()[1], oh = g.shape()[2], ow = g.shape()[3];
-  int64_t cg = weight.shape()[1], kg = k / groups;
   std::array<int64_t, 2> taps{weight.shape()[2], weight.shape()[3]}, size{input[2], input[3]};
   Tensor d = g;
-  if (stride[0] > 1 || stride[1] > 1)  // zeros between the outputs: (OH-1)*stride+1 positions
+  if (stride[0] > 1 || stride[1] > 1)  // dilated and strided: zeros between the outputs: (OH-1)*stride+1 positions
     d = g.reshape({n, k, oh, 1, ow, 1})
             .pad({{0, 0}, {0, 0}, {0, 0}, {0, stride[0] - 1}, {0, 0}, {0, stride[1] - 1}})
             .reshape({n, k, oh * stride[0], ow * stride[1]})
@@ -126,8 +171,7 @@ Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, const Shape& inp
     int64_t covered = (i == 0 ? oh - 1 : ow - 1) * stride[i] + span + 1;  // padded input positions the windows reach
     amounts.push_back({span - padding[i], span - padding[i] + size[i] + 2 * padding[i] - covered});
   }
-  Tensor flipped = weight.reshape({groups, kg, cg, taps[0], taps[1]}).permute({0, 2, 1, 3, 4}).reshape({groups * cg, kg, taps[0], taps[1]}).flip({2, 3});
-  return pad_or_crop(d, amounts).conv2d(flipped, std::nullopt, {1, 1}, {0, 0}, dilation, groups);
+  return pad_or_crop(d, amounts).conv2d(flipped_for_input_grad(weight, groups), std::nullopt, {1, 1}, {0, 0}, dilation, groups);
 }
 
 }  // namespace
