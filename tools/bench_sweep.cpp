@@ -11,6 +11,8 @@
 
 #include "bench.h"
 #include "bench_reference.h"
+#include "devices/device.h"
+#include "frontend/jit.h"
 #include "frontend/tensor.h"
 
 namespace kiln {
@@ -25,13 +27,18 @@ struct SweepCase {
   std::function<Tensor()> build;  // a fresh graph of the same computation each call (inputs realized)
 };
 
+// The kernels alone: the case is captured by a Jit and its replays are timed (no graph building,
+// scheduling, cache lookups or allocation in the timed part, which made single realizes of the small
+// cases swing 2-3x between runs), median of `runs`.
 double time_case(const SweepCase& c, int runs) {
-  c.build().realize();  // compiles
+  Jit jit([&](const std::vector<Tensor>&) { return std::vector<Tensor>{c.build()}; });
+  for (int i = 0; i < 4; ++i) jit({});  // warm-up and the two recorded calls, then one replay
+  Device& device = get_device(jit({})[0].device());
   std::vector<double> seconds;
   for (int i = 0; i < runs; ++i) {
-    Tensor t = c.build();
     auto start = Clock::now();
-    t.realize();
+    jit({});
+    device.synchronize();
     seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   std::sort(seconds.begin(), seconds.end());
@@ -108,7 +115,7 @@ void run_bench_sweep(const BenchOptions& options) {
   };
   std::vector<Row> rows;
   for (const SweepCase& c : cases) {
-    double s = time_case(c, options.quick ? 3 : 5);
+    double s = time_case(c, options.quick ? 7 : 15);
     rows.push_back({&c, c.flops / s * 1e-9});
     if (!options.json)
       std::cout << "  " << std::left << std::setw(10) << c.group << std::setw(34) << c.name << std::right << std::fixed
