@@ -112,37 +112,24 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
       if (walk(l, r) == -1) return false;
     return true;
   };
-  for (const UOpPtr& r : outputs) {
-    if (!fills_vectors(r) || !walks_well(loads, r)) continue;
-    for (const LoadInfo& l : loads)
-      if (walk(l, r) == 1) return {};
-  }
   double multiply_adds = 1;
   int64_t first_new_id = 0;
   for (const UOpPtr& r : all) {
     multiply_adds *= static_cast<double>(r->end()->vmax());
     first_new_id = std::max(first_new_id, r->axis_id() + 1);
   }
-  for (size_t k = outputs.size(); k-- > 0;) {
-    const UOpPtr& v = outputs[k];
-    if (!fills_vectors(v)) continue;
-    std::vector<std::pair<UOpPtr, std::vector<UOpPtr>>> packs;  // operand, its loops in the packed order
-    double copied = 0;
-    bool ok = true;
-    for (const UOpPtr& x : operands) {
-      std::vector<LoadInfo> own = global_loads(x);
-      if (!depends_on(x, v) || walks_well(own, v)) continue;
-      std::vector<UOpPtr> order = packed_order(x, v);
-      int64_t largest = 0;  // the operand's biggest input: a copy may not hold more
-      for (const LoadInfo& l : own) largest = std::max(largest, item.bufs[static_cast<size_t>(l.slot)]->arg_as<BufferArg>().size);
-      if (order.empty() || own.empty() || elements(order) > static_cast<double>(largest)) {
-        ok = false;
-        break;
-      }
-      copied += elements(order);
-      packs.push_back({x, std::move(order)});
-    }
-    if (!ok || packs.empty() || copied * kRepackMinReuse > multiply_adds) continue;
+  using Packs = std::vector<std::pair<UOpPtr, std::vector<UOpPtr>>>;  // operand, its loops in the packed order
+  // The copy of one operand in its packed order, or nothing when that would break the cost function.
+  auto pack_of = [&](const UOpPtr& x, const UOpPtr& innermost, double& copied) -> std::optional<std::vector<UOpPtr>> {
+    std::vector<LoadInfo> own = global_loads(x);
+    std::vector<UOpPtr> order = packed_order(x, innermost);
+    int64_t largest = 0;  // the operand's biggest input: a copy may not hold more
+    for (const LoadInfo& l : own) largest = std::max(largest, item.bufs[static_cast<size_t>(l.slot)]->arg_as<BufferArg>().size);
+    if (order.empty() || own.empty() || elements(order) > static_cast<double>(largest)) return std::nullopt;
+    copied += elements(order);
+    return order;
+  };
+  auto make_copies = [&](const Packs& packs) {
     std::vector<ScheduleItem> out;
     std::unordered_map<const UOp*, UOpPtr> replace;
     for (const auto& [x, order] : packs) {
@@ -162,7 +149,7 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
       pack.bufs[0] = scratch;
       compact_slots(pack);
       out.push_back(std::move(pack));
-      // The reduction reads the copy, contiguous along v.
+      // The reduction reads the copy, contiguous along the packed order's innermost loop.
       UOpPtr ptr = global(x->dtype, static_cast<int64_t>(item.bufs.size()));
       item.bufs.push_back(scratch);
       replace[x.get()] = UOp::make(Op::LOAD, x->dtype, {UOp::make(Op::INDEX, ptr->dtype, {ptr, contiguous_index(order)})});
@@ -170,6 +157,64 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     item.ast = substitute(ast, replace);
     compact_slots(item);
     return out;
+  };
+  bool has_vector_axis = false;
+  for (const UOpPtr& r : outputs) {
+    if (!fills_vectors(r) || !walks_well(loads, r)) continue;
+    for (const LoadInfo& l : loads) has_vector_axis |= walk(l, r) == 1;
+  }
+  if (has_vector_axis) {
+    // The tile has its vector axis. When both operands walk the innermost reduce loop with a stride
+    // (A^T.B: A[k][i] and B[k][j], a row apart per step; a Linear's weight gradient g^T.x; attention's
+    // dv = p^T.do; a 1x1 conv, whose image and weights are both a channel apart), each step touches
+    // new lines of both, 4 KiB apart at 1024 columns, and the caches and TLB thrash (A^T.B 1024^3 ran
+    // at half of A.B's speed). The operand that does not give the vector axis (the one walking a
+    // shorter output axis contiguously) is copied with that loop innermost: the kernel becomes A.B.
+    // Only for unmasked loads with constant strides of kRepackMinStride elements or more (a padded conv's
+    // image is masked along its taps; rows of 32 floats, a weight gradient over many samples of few
+    // features, stay within a few lines per step and gain nothing from a copy).
+    UOpPtr inner = reduces[0]->src.size() > 1 ? reduces[0]->src[1] : nullptr;
+    for (size_t i = 2; i < reduces[0]->src.size(); ++i)
+      if (reduces[0]->src[i]->axis_id() > inner->axis_id()) inner = reduces[0]->src[i];
+    if (!inner) return {};
+    std::array<int64_t, 2> vector_length{0, 0};  // the longest output axis each operand walks contiguously
+    for (size_t o = 0; o < 2; ++o) {
+      std::vector<LoadInfo> own = global_loads(operands[o]);
+      if (own.empty() || !depends_on(operands[o], inner)) return {};
+      for (const LoadInfo& l : own) {
+        std::optional<int64_t> stride = index_stride(l.load->src[0]->src[1], inner);
+        if (l.load->src.size() == 3 || l.load->src[0]->src.size() != 2 || !stride || std::abs(*stride) < kRepackMinStride) return {};
+      }
+      for (const UOpPtr& r : outputs)
+        if (fills_vectors(r) && walks_well(own, r))
+          for (const LoadInfo& l : own)
+            if (walk(l, r) == 1) vector_length[o] = std::max(vector_length[o], r->end()->vmax());
+    }
+    size_t copy = vector_length[0] < vector_length[1] ? 0
+                  : vector_length[1] < vector_length[0] ? 1
+                  : elements(packed_order(operands[0], inner)) <= elements(packed_order(operands[1], inner)) ? 0 : 1;
+    double copied = 0;
+    std::optional<std::vector<UOpPtr>> order = pack_of(operands[copy], inner, copied);
+    if (!order || copied * kRepackMinReuse > multiply_adds) return {};
+    return make_copies({{operands[copy], std::move(*order)}});
+  }
+  for (size_t k = outputs.size(); k-- > 0;) {
+    const UOpPtr& v = outputs[k];
+    if (!fills_vectors(v)) continue;
+    Packs packs;
+    double copied = 0;
+    bool ok = true;
+    for (const UOpPtr& x : operands) {
+      if (!depends_on(x, v) || walks_well(global_loads(x), v)) continue;
+      std::optional<std::vector<UOpPtr>> order = pack_of(x, v, copied);
+      if (!order) {
+        ok = false;
+        break;
+      }
+      packs.push_back({x, std::move(*order)});
+    }
+    if (!ok || packs.empty() || copied * kRepackMinReuse > multiply_adds) continue;
+    return make_copies(packs);
   }
   return {};
 }

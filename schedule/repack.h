@@ -16,6 +16,9 @@
 //  - each copy holds no more elements than the operand's largest input buffer (never a blow-up like
 //    im2col's);
 //  - v is the innermost output axis, of a size that fills vectors (a multiple of 8), where that works.
+// When the tile has its vector axis but both operands walk the innermost reduce loop with a large
+// stride (A^T.B, a Linear's weight gradient, attention's dv, a 1x1 conv), the operand that does not
+// give the vector is copied with that loop innermost, under the same cost function.
 // A copy reads exactly what the load read (its padding gate included), so results are unchanged.
 #pragma once
 #include <vector>
@@ -25,6 +28,9 @@
 namespace kiln {
 
 inline constexpr int64_t kRepackMinReuse = 16;
+// Both operands of a reduction that walk its innermost loop at least this many elements apart (and so
+// touch new cache lines, and soon new pages, at every step) get the smaller-vector one copied.
+inline constexpr int64_t kRepackMinStride = 64;
 
 // Makes a BUFFER on the device of the BUFFER `beside`, of `size` elements of `dtype`.
 using ScratchMaker = std::function<UOpPtr(const UOpPtr& beside, int64_t size, DType dtype)>;
