@@ -181,8 +181,9 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     for (size_t o = 0; o < 2; ++o) {
       std::vector<LoadInfo> own = global_loads(operands[o]);
       if (own.empty() || !depends_on(operands[o], inner)) return {};
-      for (const LoadInfo& l : own) {
+      for (const LoadInfo& l : own) {  // loads that stay put along the loop (a bias) do not matter
         std::optional<int64_t> stride = index_stride(l.load->src[0]->src[1], inner);
+        if (stride == 0 && l.load->src.size() < 3) continue;
         if (l.load->src.size() == 3 || l.load->src[0]->src.size() != 2 || !stride || std::abs(*stride) < kRepackMinStride) return {};
       }
       for (const UOpPtr& r : outputs)
