@@ -299,6 +299,9 @@ TEST_CASE("torch grad: conv2d with stride, padding, dilation, groups and bias", 
       {{2, 3, 6, 6}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, false},
       {{2, 4, 7, 7}, {6, 2, 3, 3}, {2, 1}, {1, 2}, {1, 2}, 2, true},
       {{1, 2, 5, 6}, {2, 1, 2, 3}, {1, 2}, {1, 0}, {2, 1}, 2, true},
+      // Strided and undilated: the input gradient goes phase by phase, here with groups and a
+      // different stride per axis (some phases of the 1-tap axis get no tap).
+      {{2, 4, 9, 8}, {6, 2, 3, 1}, {2, 3}, {1, 0}, {1, 1}, 2, true},
   };
   Source src(106);
   Batch batch;
