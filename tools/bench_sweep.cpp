@@ -78,7 +78,10 @@ struct Conv {
 
 void add_convs(std::vector<SweepCase>& cases, bool quick) {
   std::vector<Conv> convs{{32, 64, 64, 32, 3, 1, 1}, {128, 32, 64, 26, 3, 1, 0}, {8, 16, 32, 28, 3, 2, 1}, {16, 128, 128, 14, 1, 1, 0},
-                          {16, 32, 64, 16, 5, 1, 2},  {4, 3, 16, 64, 7, 2, 3},   {1, 256, 256, 7, 3, 1, 1}};
+                          {16, 32, 64, 16, 5, 1, 2},  {4, 3, 16, 64, 7, 2, 3},   {1, 256, 256, 7, 3, 1, 1},
+                          // The same 26x26 conv padded (its output keeps NCHW order inside the kernel),
+                          // and a ResNet-style 1x1 stride-2 downsample.
+                          {128, 32, 64, 26, 3, 1, 1}, {16, 64, 128, 28, 1, 2, 0}};
   if (quick) convs.resize(4);
   for (const Conv& v : convs) {
     int64_t oh = (v.h + 2 * v.pad - v.r) / v.stride + 1;
