@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "uop/rewrite.h"
@@ -68,6 +70,48 @@ UOpPtr contiguous_index(const std::vector<UOpPtr>& loops) {
 
 UOpPtr global(DType element, int64_t slot) { return UOp::make(Op::DEFINE_GLOBAL, element.ptr(), {}, slot); }
 
+// A vector tile's output axis: long enough for vectors (a multiple of 8), walked without a stride
+// other than 0 or 1 by every load.
+bool fills_vectors(const UOpPtr& r) { return r->end()->vmax() % 8 == 0; }
+bool walks_well(const std::vector<LoadInfo>& loads, const UOpPtr& r) {
+  for (const LoadInfo& l : loads)
+    if (walk(l, r) == -1) return false;
+  return true;
+}
+
+// The reduce loop of `reduce` with the highest id: the innermost one.
+UOpPtr innermost_reduce_loop(const UOpPtr& reduce) {
+  UOpPtr inner = reduce->src[1];
+  for (size_t i = 2; i < reduce->src.size(); ++i)
+    if (reduce->src[i]->axis_id() > inner->axis_id()) inner = reduce->src[i];
+  return inner;
+}
+
+// Which of the two operands to copy with `inner` innermost, when both walk it at least
+// kRepackMinStride elements apart through unmasked loads (loads that stay put along it, a bias, do not
+// count): the one walking a shorter output axis contiguously, so the other keeps giving the vector;
+// on a tie the smaller copy. Nothing when either operand does not qualify.
+std::optional<size_t> strided_operand_to_copy(const std::array<UOpPtr, 2>& operands, const UOpPtr& inner,
+                                              const std::vector<UOpPtr>& outputs) {
+  std::array<int64_t, 2> vector_length{0, 0};  // the longest output axis each operand walks contiguously
+  for (size_t o = 0; o < 2; ++o) {
+    std::vector<LoadInfo> own = global_loads(operands[o]);
+    if (own.empty() || !depends_on(operands[o], inner)) return std::nullopt;
+    for (const LoadInfo& l : own) {
+      std::optional<int64_t> stride = index_stride(l.load->src[0]->src[1], inner);
+      if (stride == 0 && l.load->src.size() < 3) continue;
+      if (l.load->src.size() == 3 || l.load->src[0]->src.size() != 2 || !stride || std::abs(*stride) < kRepackMinStride)
+        return std::nullopt;
+    }
+    for (const UOpPtr& r : outputs)
+      if (fills_vectors(r) && walks_well(own, r))
+        for (const LoadInfo& l : own)
+          if (walk(l, r) == 1) vector_length[o] = std::max(vector_length[o], r->end()->vmax());
+  }
+  if (vector_length[0] != vector_length[1]) return vector_length[0] < vector_length[1] ? 0 : 1;
+  return elements(packed_order(operands[0], inner)) <= elements(packed_order(operands[1], inner)) ? 0 : 1;
+}
+
 }  // namespace
 
 // Renumbers the DEFINE_GLOBAL slots the AST uses as 0..n-1 (in slot order) and drops unused buffers.
@@ -105,13 +149,6 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     if (u->op == Op::RANGE) outputs.push_back(u);
   std::sort(outputs.begin(), outputs.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
   std::vector<LoadInfo> loads = global_loads(ast);
-  // An output axis the loads already walk well, long enough for vectors: the heuristics' tile needs no copy.
-  auto fills_vectors = [](const UOpPtr& r) { return r->end()->vmax() % 8 == 0; };
-  auto walks_well = [](const std::vector<LoadInfo>& ls, const UOpPtr& r) {
-    for (const LoadInfo& l : ls)
-      if (walk(l, r) == -1) return false;
-    return true;
-  };
   double multiply_adds = 1;
   int64_t first_new_id = 0;
   for (const UOpPtr& r : all) {
@@ -158,6 +195,8 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     compact_slots(item);
     return out;
   };
+  // An output axis the loads already walk well, long enough for vectors: the heuristics' tile has its
+  // vector there.
   bool has_vector_axis = false;
   for (const UOpPtr& r : outputs) {
     if (!fills_vectors(r) || !walks_well(loads, r)) continue;
@@ -173,31 +212,14 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     // Only for unmasked loads with constant strides of kRepackMinStride elements or more (a padded conv's
     // image is masked along its taps; rows of 32 floats, a weight gradient over many samples of few
     // features, stay within a few lines per step and gain nothing from a copy).
-    UOpPtr inner = reduces[0]->src.size() > 1 ? reduces[0]->src[1] : nullptr;
-    for (size_t i = 2; i < reduces[0]->src.size(); ++i)
-      if (reduces[0]->src[i]->axis_id() > inner->axis_id()) inner = reduces[0]->src[i];
-    if (!inner) return {};
-    std::array<int64_t, 2> vector_length{0, 0};  // the longest output axis each operand walks contiguously
-    for (size_t o = 0; o < 2; ++o) {
-      std::vector<LoadInfo> own = global_loads(operands[o]);
-      if (own.empty() || !depends_on(operands[o], inner)) return {};
-      for (const LoadInfo& l : own) {  // loads that stay put along the loop (a bias) do not matter
-        std::optional<int64_t> stride = index_stride(l.load->src[0]->src[1], inner);
-        if (stride == 0 && l.load->src.size() < 3) continue;
-        if (l.load->src.size() == 3 || l.load->src[0]->src.size() != 2 || !stride || std::abs(*stride) < kRepackMinStride) return {};
-      }
-      for (const UOpPtr& r : outputs)
-        if (fills_vectors(r) && walks_well(own, r))
-          for (const LoadInfo& l : own)
-            if (walk(l, r) == 1) vector_length[o] = std::max(vector_length[o], r->end()->vmax());
-    }
-    size_t copy = vector_length[0] < vector_length[1] ? 0
-                  : vector_length[1] < vector_length[0] ? 1
-                  : elements(packed_order(operands[0], inner)) <= elements(packed_order(operands[1], inner)) ? 0 : 1;
+    if (reduces[0]->src.size() < 2) return {};
+    UOpPtr inner = innermost_reduce_loop(reduces[0]);
+    std::optional<size_t> copy = strided_operand_to_copy(operands, inner, outputs);
+    if (!copy) return {};
     double copied = 0;
-    std::optional<std::vector<UOpPtr>> order = pack_of(operands[copy], inner, copied);
+    std::optional<std::vector<UOpPtr>> order = pack_of(operands[*copy], inner, copied);
     if (!order || copied * kRepackMinReuse > multiply_adds) return {};
-    return make_copies({{operands[copy], std::move(*order)}});
+    return make_copies({{operands[*copy], std::move(*order)}});
   }
   for (size_t k = outputs.size(); k-- > 0;) {
     const UOpPtr& v = outputs[k];
