@@ -12,6 +12,7 @@ const char* language_name(Language lang) {
     case Language::CUDA: return "CUDA C";
     case Language::SPIRV: return "SPIR-V";
     case Language::UOps: return "linear UOps";
+    case Language::LLVM: return "LLVM IR";
   }
   return "?";
 }

@@ -29,13 +29,14 @@
 namespace kiln {
 
 // The language a device's compile() takes.
-enum class Language { C, OpenCL, CUDA, SPIRV, UOps };
-const char* language_name(Language lang);  // "C", "OpenCL C", "CUDA C", "SPIR-V", "linear UOps"
+enum class Language { C, OpenCL, CUDA, SPIRV, UOps, LLVM };
+const char* language_name(Language lang);  // "C", "OpenCL C", "CUDA C", "SPIR-V", "linear UOps", "LLVM IR"
 
 struct DeviceSpec {
   std::string name;             // "CPU"
   std::string arch;             // e.g. "x86-64-v4", "sm_90"; part of cache keys
   std::string compiler;         // compiler identity and version; part of cache keys
+  std::string note;             // a line for `kiln devices` (e.g. why a fallback compiler is in use); not in cache keys
   Language lang = Language::C;
   int threads = 1;              // CPU: cores the launch is split over (global[0] is cut into chunks)
   int64_t max_local = 0;        // largest workgroup (product of local dims); 0: no local dims

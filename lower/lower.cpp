@@ -8,6 +8,7 @@
 #include "lower/opts.h"
 #include "lower/upcast.h"
 #include "lower/renderers/cstyle.h"
+#include "lower/renderers/llvm_ir.h"
 #include "lower/renderers/spirv.h"
 #include "uop/config.h"
 #include "uop/rewrite.h"
@@ -71,6 +72,7 @@ LoweredKernel detail::finish_lowering(UOpPtr sink, const DeviceSpec& spec, Lower
       case Language::OpenCL: k.source = render_cstyle(opencl_language(), k.name, k.linear, k.num_buffers, k.vars); break;
       case Language::CUDA: k.source = render_cstyle(cuda_language(), k.name, k.linear, k.num_buffers, k.vars); break;
       case Language::SPIRV: k.source = render_spirv(k.name, k.linear, k.num_buffers, k.vars); break;
+      case Language::LLVM: k.source = render_llvm_ir(k.name, k.linear, k.num_buffers, k.vars); break;
       case Language::UOps: break;
     }
   }

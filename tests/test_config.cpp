@@ -106,7 +106,7 @@ TEST_CASE("config: every knob has a unique name and variable, and parses its own
     CHECK(knob.get(c) == knob.get(parse({})));
   }
   CHECK(envs == std::set<std::string>{"KILN_DEBUG", "KILN_DEVICE", "KILN_BEAM", "KILN_CACHE_DIR", "KILN_JIT",
-                                      "KILN_JIT_CHECK", "KILN_STRICT", "KILN_FUZZ", "KILN_SPIRV_VAL"});
+                                      "KILN_JIT_CHECK", "KILN_STRICT", "KILN_FUZZ", "KILN_SPIRV_VAL", "KILN_CPU_COMPILER"});
 }
 
 TEST_CASE("config: describe lists every knob on its own line with its current value", "[config]") {

@@ -1,4 +1,4 @@
-// The device layer on the CPU device: hand-written C kernels that follow the ABI in devices/cpu.h,
+// The device layer on the CLANG device: hand-written C kernels that follow the ABI in devices/host.h,
 // the compile cache, the buffer cache, the registry, and the errors each of them reports.
 #include <catch2/catch.hpp>
 
@@ -61,7 +61,8 @@ void ieee(void* const* bufs, const int64_t* vars, int64_t gid_begin, int64_t gid
 }
 )";
 
-Device& cpu() { return get_device("CPU"); }
+// The C compiler of the host kit: CLANG is always it (the CPU device may compile LLVM IR in process).
+Device& cpu() { return get_device("CLANG"); }
 
 LaunchDims dims(int64_t n) { return LaunchDims{{n, 1, 1}, {1, 1, 1}}; }
 
@@ -125,9 +126,9 @@ const std::vector<int64_t> kSizes = {1, 2, 3, 7, 1000, 4099, 100003};
 
 }  // namespace
 
-TEST_CASE("cpu: the spec describes this machine and its compiler", "[device]") {
+TEST_CASE("clang: the spec describes this machine and its compiler", "[device]") {
   const DeviceSpec& spec = cpu().spec();
-  CHECK(spec.name == "CPU");
+  CHECK(spec.name == "CLANG");
   CHECK(spec.lang == Language::C);
   CHECK(spec.threads == int(std::max(1u, std::thread::hardware_concurrency())));
   CHECK(!spec.arch.empty());
@@ -139,7 +140,7 @@ TEST_CASE("cpu: the spec describes this machine and its compiler", "[device]") {
   CHECK(spec.max_local == 0);
 }
 
-TEST_CASE("cpu: c = a + b is right at every size", "[device]") {
+TEST_CASE("clang: c = a + b is right at every size", "[device]") {
   std::unique_ptr<Program> add = build(cpu(), kAddSource, "add_f32");
   for (int64_t n : kSizes) {
     INFO("n = " << n);
@@ -157,7 +158,7 @@ TEST_CASE("cpu: c = a + b is right at every size", "[device]") {
   }
 }
 
-TEST_CASE("cpu: a launch computes every gid exactly once, in at most `threads` contiguous chunks", "[device]") {
+TEST_CASE("clang: a launch computes every gid exactly once, in at most `threads` contiguous chunks", "[device]") {
   std::unique_ptr<Program> chunks = build(cpu(), kChunkSource, "chunk_of");
   int threads = cpu().spec().threads;
   for (int64_t n : kSizes) {
@@ -178,7 +179,7 @@ TEST_CASE("cpu: a launch computes every gid exactly once, in at most `threads` c
   }
 }
 
-TEST_CASE("cpu: launches from pool workers and from several threads at once each run whole", "[device]") {
+TEST_CASE("clang: launches from pool workers and from several threads at once each run whole", "[device]") {
   std::unique_ptr<Program> chunks = build(cpu(), kChunkSource, "chunk_of");
   const int64_t n = 4099;
   const int launches = 6;
@@ -206,7 +207,7 @@ TEST_CASE("cpu: launches from pool workers and from several threads at once each
   }
 }
 
-TEST_CASE("cpu: a kernel reads its variables", "[device]") {
+TEST_CASE("clang: a kernel reads its variables", "[device]") {
   std::unique_ptr<Program> affine = build(cpu(), kVarsSource, "affine");
   for (int64_t n : {int64_t(1), int64_t(1000)}) {
     for (std::vector<int64_t> vars : {std::vector<int64_t>{3, -5}, std::vector<int64_t>{-1, int64_t(1) << 40}}) {
@@ -222,7 +223,7 @@ TEST_CASE("cpu: a kernel reads its variables", "[device]") {
   }
 }
 
-TEST_CASE("cpu: kernels keep IEEE semantics: NaN is detected and inf propagates", "[device]") {
+TEST_CASE("clang: kernels keep IEEE semantics: NaN is detected and inf propagates", "[device]") {
   std::unique_ptr<Program> ieee = build(cpu(), kIeeeSource, "ieee");
   float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   DeviceVector<float> x(cpu(), {1.5f, nan, inf, -inf, -0.0f}), out(cpu(), std::vector<float>(5, 0.0f));
@@ -236,7 +237,7 @@ TEST_CASE("cpu: kernels keep IEEE semantics: NaN is detected and inf propagates"
   CHECK(std::signbit(got[4]));
 }
 
-TEST_CASE("cpu: a timed launch returns its wall time, an untimed one 0", "[device]") {
+TEST_CASE("clang: a timed launch returns its wall time, an untimed one 0", "[device]") {
   std::unique_ptr<Program> add = build(cpu(), kAddSource, "add_f32");
   const int64_t n = 100003;
   DeviceVector<float> a(cpu(), std::vector<float>(n, 1.0f)), c(cpu(), std::vector<float>(n, 0.0f));
@@ -248,7 +249,7 @@ TEST_CASE("cpu: a timed launch returns its wall time, an untimed one 0", "[devic
   CHECK(c.read()[n - 1] == 2.0f);
 }
 
-TEST_CASE("cpu: launch dims other than {n,1,1} x {1,1,1} are refused", "[device]") {
+TEST_CASE("clang: launch dims other than {n,1,1} x {1,1,1} are refused", "[device]") {
   std::unique_ptr<Program> add = build(cpu(), kAddSource, "add_f32");
   DeviceVector<float> a(cpu(), std::vector<float>(8, 1.0f));
   std::vector<RawBuffer> bufs = {a.buffer, a.buffer, a.buffer};
@@ -261,7 +262,7 @@ TEST_CASE("cpu: launch dims other than {n,1,1} x {1,1,1} are refused", "[device]
   CHECK(a.read() == std::vector<float>(8, 1.0f));
 }
 
-TEST_CASE("cpu: a second compile of the same source is served by the on-disk cache", "[device]") {
+TEST_CASE("clang: a second compile of the same source is served by the on-disk cache", "[device]") {
   TempDir dir;
   CacheDirOverride use(dir.path);
   std::string source = unique_source(kAddSource);
@@ -289,7 +290,7 @@ TEST_CASE("cpu: a second compile of the same source is served by the on-disk cac
   CHECK(c.read() == std::vector<float>{2, 4, 6});
 }
 
-TEST_CASE("cpu: an empty cache directory compiles again, and a corrupt entry is replaced", "[device]") {
+TEST_CASE("clang: an empty cache directory compiles again, and a corrupt entry is replaced", "[device]") {
   std::string source = unique_source(kAddSource);
   size_t before = cpu_compiler_invocations();
   std::string cached;
@@ -315,7 +316,7 @@ TEST_CASE("cpu: an empty cache directory compiles again, and a corrupt entry is 
   }
 }
 
-TEST_CASE("cpu: concurrent compiles of one source all get a working binary", "[device]") {
+TEST_CASE("clang: concurrent compiles of one source all get a working binary", "[device]") {
   TempDir dir;
   CacheDirOverride use(dir.path);
   std::string source = unique_source(kVarsSource);
@@ -333,7 +334,7 @@ TEST_CASE("cpu: concurrent compiles of one source all get a working binary", "[d
   }
 }
 
-TEST_CASE("cpu: a kernel that does not compile throws CompileError with the log and numbered source", "[device]") {
+TEST_CASE("clang: a kernel that does not compile throws CompileError with the log and numbered source", "[device]") {
   std::string source = unique_source("#include <stdint.h>\nvoid broken(void* const* bufs) {\n  int x = ;\n}\n");
   try {
     cpu().compile(source, "broken");
@@ -342,7 +343,7 @@ TEST_CASE("cpu: a kernel that does not compile throws CompileError with the log 
     std::string message = e.what();
     INFO(message);
     CHECK(e.kernel == "broken");
-    CHECK(e.device == "CPU");
+    CHECK(e.device == "CLANG");
     CHECK(e.source == source);
     CHECK(message.find("broken") != std::string::npos);
     CHECK(message.find("error") != std::string::npos);       // the compiler's complaint ...
@@ -351,7 +352,7 @@ TEST_CASE("cpu: a kernel that does not compile throws CompileError with the log 
   }
 }
 
-TEST_CASE("cpu: loading bytes that are not a kernel throws Error naming the kernel", "[device]") {
+TEST_CASE("clang: loading bytes that are not a kernel throws Error naming the kernel", "[device]") {
   Binary garbage{"nonsense", {'n', 'o', 't', ' ', 'E', 'L', 'F'}};
   CHECK_THROWS_AS(cpu().load(garbage), Error);
   CHECK_THROWS_WITH(cpu().load(garbage), Catch::Contains("nonsense") && Catch::Contains("dlopen"));
@@ -362,7 +363,7 @@ TEST_CASE("cpu: loading bytes that are not a kernel throws Error naming the kern
   CHECK_THROWS_WITH(cpu().load(misnamed), Catch::Contains("no entry point named \"no_such_kernel\""));
 }
 
-TEST_CASE("cpu: many programs loaded and unloaded stay distinct", "[device]") {
+TEST_CASE("clang: many programs loaded and unloaded stay distinct", "[device]") {
   // Each program keeps its own memfd; a path that glibc already knows would return the wrong library.
   Binary add = cpu().compile(kAddSource, "add_f32"), affine = cpu().compile(kVarsSource, "affine");
   for (int round = 0; round < 20; ++round) {

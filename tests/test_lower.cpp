@@ -13,7 +13,7 @@
 namespace kiln {
 namespace {
 
-const char* const kDevices[] = {"CPU", "REF"};
+const char* const kDevices[] = {"CPU", "CLANG", "REF"};
 
 std::vector<float> iota_floats(size_t n, float scale = 0.25f) {
   std::vector<float> v(n);
@@ -28,8 +28,20 @@ std::string kernel_source(const Tensor& out, const std::string& device) {
   return lower_kernel(s.items[0].ast, get_device(device).spec()).source;
 }
 
-// The CPU kernels' vector type: as wide as this machine's vector register (AVX-512: float32x16, AVX2: x8).
-std::string cpu_vector() { return cat("float32x", get_device("CPU").spec().vector_bytes / 4); }
+// The host kernels' float vector type: as wide as this machine's vector register (AVX-512: 16 lanes,
+// AVX2: 8), spelled in C ("float32x16") or in LLVM IR ("<16 x float>") as the device's language is.
+int64_t host_lanes() { return get_device("CLANG").spec().vector_bytes / 4; }
+std::string cpu_vector() { return cat("float32x", host_lanes()); }
+bool renders_llvm(const std::string& device) { return get_device(device).spec().lang == Language::LLVM; }
+bool renders_c(const std::string& device) { return get_device(device).spec().lang == Language::C; }
+std::string llvm_vector() { return cat("<", host_lanes(), " x float>"); }
+
+// No float comparison of a single lane in LLVM IR: every fcmp is of vectors.
+bool compares_only_vectors(const std::string& ir) {
+  for (size_t at = ir.find("fcmp "); at != std::string::npos; at = ir.find("fcmp ", at + 1))
+    if (ir.substr(at, ir.find('\n', at) - at).find(" x float>") == std::string::npos) return false;
+  return true;
+}
 
 void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
   REQUIRE(got.size() == want.size());
@@ -40,13 +52,20 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
 }
 
 TEST_CASE("an elementwise kernel on a contiguous axis loads, computes and stores vectors", "[lower]") {
-  Tensor a = Tensor::from_vector(iota_floats(64), {4, 16}, "CPU"), b = Tensor::from_vector(iota_floats(64, 0.5f), {4, 16}, "CPU");
-  std::string c = kernel_source((a * b + a).relu(), "CPU");
+  Tensor a = Tensor::from_vector(iota_floats(64), {4, 16}, "CLANG"), b = Tensor::from_vector(iota_floats(64, 0.5f), {4, 16}, "CLANG");
+  std::string c = kernel_source((a * b + a).relu(), "CLANG");
   INFO(c);
-  CHECK(c.find(cat("typedef float ", cpu_vector(), " __attribute__((vector_size(", get_device("CPU").spec().vector_bytes, ")));")) != std::string::npos);
+  CHECK(c.find(cat("typedef float ", cpu_vector(), " __attribute__((vector_size(", get_device("CLANG").spec().vector_bytes, ")));")) != std::string::npos);
   CHECK(c.find(cpu_vector() + " val") != std::string::npos);
   CHECK(c.find("__builtin_memcpy(&val") != std::string::npos);  // unaligned vector loads
   CHECK(c.find("__builtin_memcpy((data0+") != std::string::npos);  // and an unaligned vector store
+  if (renders_llvm("CPU")) {
+    Tensor la = Tensor::from_vector(iota_floats(64), {4, 16}, "CPU"), lb = Tensor::from_vector(iota_floats(64, 0.5f), {4, 16}, "CPU");
+    std::string ir = kernel_source((la * lb + la).relu(), "CPU");
+    INFO(ir);
+    CHECK(ir.find(cat("load ", llvm_vector(), ", ", llvm_vector(), "* ")) != std::string::npos);  // vector loads
+    CHECK(ir.find(cat("store ", llvm_vector(), " ")) != std::string::npos);                      // and a vector store
+  }
   Tensor ra = Tensor::from_vector(iota_floats(64), {4, 16}, "REF");
   CHECK(kernel_source(ra + ra, "REF").find("LOAD float32x16") != std::string::npos);
 }
@@ -57,7 +76,8 @@ TEST_CASE("a transposed input is read lane by lane and put together into a vecto
     std::vector<float> x = iota_floats(16 * 32);
     Tensor t = Tensor::from_vector(x, {16, 32}, device).permute({1, 0});  // [32, 16], stride 32 along the last axis
     Tensor y = t * 2.0 + 1.0;
-    if (std::string(device) == "CPU") CHECK(kernel_source(y, device).find("(" + cpu_vector() + "){") != std::string::npos);
+    if (renders_c(device)) CHECK(kernel_source(y, device).find("(" + cpu_vector() + "){") != std::string::npos);
+    if (renders_llvm(device)) CHECK(kernel_source(y, device).find("insertelement " + llvm_vector()) != std::string::npos);
     std::vector<float> want(32 * 16);
     for (size_t i = 0; i < 32; ++i)
       for (size_t j = 0; j < 16; ++j) want[i * 16 + j] = x[j * 32 + i] * 2 + 1;
@@ -120,7 +140,8 @@ TEST_CASE("matmul and column sums accumulate in vectors", "[lower]") {
     std::vector<float> a = iota_floats(24 * 20), b = iota_floats(20 * 32, 0.125f);
     Tensor ta = Tensor::from_vector(a, {24, 20}, device), tb = Tensor::from_vector(b, {20, 32}, device);
     Tensor mm = ta.matmul(tb);
-    if (std::string(device) == "CPU") CHECK(kernel_source(mm, device).find(cpu_vector() + " acc") != std::string::npos);
+    if (renders_c(device)) CHECK(kernel_source(mm, device).find(cpu_vector() + " acc") != std::string::npos);
+    if (renders_llvm(device)) CHECK(kernel_source(mm, device).find("alloca " + llvm_vector()) != std::string::npos);
     std::vector<float> want(24 * 32, 0.0f);
     for (size_t i = 0; i < 24; ++i)
       for (size_t j = 0; j < 32; ++j)
@@ -144,10 +165,16 @@ TEST_CASE("a ReLU and its gradient mask inside a matmul's tile stay vectors", "[
     b[7] = -0.0f;
     Tensor ta = Tensor::from_vector(a, {24, 20}, device), tb = Tensor::from_vector(b, {20, 32}, device);
     Tensor mm = ta.matmul(tb.relu());
-    if (std::string(device) == "CPU") {
+    if (renders_c(device)) {
       std::string src = kernel_source(mm, device);
       CHECK(src.find(cpu_vector() + " acc") != std::string::npos);
       CHECK(src.find("[0]<") == std::string::npos);  // no comparison of a single lane
+    }
+    if (renders_llvm(device)) {
+      std::string src = kernel_source(mm, device);
+      INFO(src);
+      CHECK(src.find("alloca " + llvm_vector()) != std::string::npos);
+      CHECK(compares_only_vectors(src));
     }
     std::vector<float> want(24 * 32, 0.0f);
     for (size_t i = 0; i < 24; ++i)

@@ -364,12 +364,16 @@ TEST_CASE("REF runs a threaded kernel, one gid per outer index", "[ref]") {
   check_equal(run_on_ref(k, {{buffer_of(a), av}}), want);
 }
 
-TEST_CASE("REF and CPU agree on lowered kernels", "[ref]") {
+TEST_CASE("REF and the host devices (LLVM IR and C) agree on lowered kernels", "[ref]") {
   std::vector<float> av = sample_floats(64 * 48, 0.125f), bv = sample_floats(48 * 16, 0.5f);
   Tensor a = Tensor::from_vector(av, {64, 48}), b = Tensor::from_vector(bv, {48, 16});
-  Device& cpu = get_device("CPU");
+  for (const char* host : {"CPU", "CLANG"})
   for (const Tensor& out : {a.matmul(b), (a.exp2() - a.sqrt()).max({1}), a.pad({{2, 0}, {1, 1}}).sum({0})}) {
-    Kernel k = lower_one(out);
+    Device& cpu = get_device(host);
+    DeviceSpec spec = cpu.spec();
+    spec.threads = 8;  // fixed, so the kernels do not depend on the machine
+    Kernel k = lower_one(out, spec);
+    INFO(host);
     std::vector<RawBuffer> bufs;
     for (const UOpPtr& buffer : k.item.bufs) {
       size_t bytes = static_cast<size_t>(buffer->arg_as<BufferArg>().size) * sizeof(float);

@@ -108,7 +108,7 @@ TEST_CASE("the AST hash is the hash of the AST's canonical text, pinned across r
   CHECK(key.ast_hash == hash_hex(hash_string(text)));
   CHECK(key.ast_hash == "2e3254def45ed796");
   CHECK(key.device == device_fingerprint(spec));
-  CHECK(key.renderer == "C");
+  CHECK(key.renderer == language_name(spec.lang));
   CHECK(key.action_space == kActionSpaceVersion);
   CHECK(key.search == "beam=2");
   CHECK(key.schema == kTuningCacheSchema);

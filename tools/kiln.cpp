@@ -58,6 +58,7 @@ void print_spec(const DeviceSpec& spec) {
   };
   field("arch", spec.arch);
   field("compiler", spec.compiler);
+  if (!spec.note.empty()) field("note", spec.note);
   field("language", language_name(spec.lang));
   field("threads", std::to_string(spec.threads));
   field("max global dims", dims_text(spec.max_global_dims));

@@ -89,6 +89,15 @@ const std::vector<KnobInfo>& Config::knobs() {
       {"spirv_val", "KILN_SPIRV_VAL", "0", "VULKAN checks every SPIR-V module it compiles with spirv-val (0/1/true/false)",
        [](const Config& c) { return std::string(c.spirv_val ? "1" : "0"); },
        [](Config& c, std::string_view src, std::string_view text) { c.spirv_val = parse_bool(src, text); }},
+      {"cpu_compiler", "KILN_CPU_COMPILER", "auto",
+       "the CPU device's compiler: auto (in-process LLVM when libLLVM 14 loads, else a C compiler process), llvm (no fallback), c",
+       [](const Config& c) { return c.cpu_compiler; },
+       [](Config& c, std::string_view src, std::string_view text) {
+         std::string v = to_case(trim(text), ::tolower);
+         if (v != "auto" && v != "llvm" && v != "c")
+           throw Error(cat(src, "=", text, ": expected auto, llvm or c (the CPU device's compiler)"));
+         c.cpu_compiler = v;
+       }},
   };
   return list;
 }

@@ -38,6 +38,7 @@ struct Config {
   bool strict = false;    // KILN_STRICT: compiling a kernel once a captured step replays is an error
   int fuzz = 1;           // KILN_FUZZ: multiplier for randomized test counts (longer local runs), >= 1
   bool spirv_val = false; // KILN_SPIRV_VAL: the VULKAN device runs spirv-val on every module it compiles
+  std::string cpu_compiler = "auto";  // KILN_CPU_COMPILER: the CPU device's compiler: auto (LLVM in-process, else C), llvm, c
 
   // Reads the KILN_* variables; an unset or blank variable keeps its default. Throws Error on a bad value.
   static Config from_env();
