@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -27,9 +28,11 @@
 #include "bench_measure.h"
 #include "bench_reference.h"
 #include "bench_report.h"
+#include "frontend/nn.h"
 #include "frontend/realize.h"
 #include "frontend/tensor.h"
 #include "lower/lower.h"
+#include "train.h"
 #include "uop/config.h"
 
 namespace kiln {
@@ -64,6 +67,7 @@ struct Plan {
   int64_t matmul = 1024;
   int overhead_calls = 200;     // timed realizes of the 200-op graph
   int new_kernels = 5;          // kernels compiled for the compile-time figure
+  int clang_kernel_stride = 1;   // every n-th kernel of the training step compiled by clang for the compile row
   int64_t fma_iterations = 50'000'000;
   std::vector<std::string> changes;
 };
@@ -77,9 +81,11 @@ Plan make_plan(bool quick, const DeviceSpec& spec) {
     plan.matmul = 512;
     plan.overhead_calls = 50;
     plan.new_kernels = 3;
+    plan.clang_kernel_stride = 3;
     plan.fma_iterations = 20'000'000;
     plan.changes.push_back("quick: 3 timed runs per workload instead of 7 (or more for fast ones), matmul 512^3 instead of 1024^3, 50 realize "
-                           "calls instead of 200, 3 new kernels instead of 5; figures are rougher than a full run's");
+                           "calls instead of 200, 3 new kernels instead of 5, every third kernel of the step through clang; figures are "
+                           "rougher than a full run's");
   }
   if (spec.lang == Language::UOps) {
     // An interpreter would take minutes per run at the full sizes (REF: ~3 s for 16M elements, ~3 min
@@ -453,6 +459,48 @@ void new_kernel(BenchResult& r, const Plan& plan) {
                         "loading and running; compiled into an empty cache directory"));
 }
 
+// The kernels of one training step of the demo CNN (forward and backward, batch 64), lowered for
+// `device` and compiled one by one into an empty cache directory: seconds per kernel (compile and load).
+std::vector<double> step_compile_seconds(const std::string& device, const Schedule& schedule) {
+  Device& d = get_device(device);
+  FreshCacheDir cache;
+  std::vector<double> seconds;
+  for (const ScheduleItem& item : schedule.items) {
+    if (item.kind != ScheduleItem::Kind::Kernel) continue;
+    LoweredKernel k = lower_kernel(item.ast, d.spec());
+    auto start = Clock::now();
+    d.load(d.compile(k.source, k.name));
+    seconds.push_back(seconds_since(start));
+  }
+  return seconds;
+}
+
+// Compile time per kernel over a training step's kernels: the CPU device's in-process LLVM compiler,
+// and the C compiler as a process (the CLANG device) on the same kernels, in this run.
+void compile_step(BenchResult& r, const Plan& plan) {
+  if (get_device("CPU").spec().lang != Language::LLVM)
+    throw Error(cat("the CPU device does not compile in process here: ", get_device("CPU").spec().note));
+  std::shared_ptr<nn::Sequential> model = make_mnist_cnn();
+  Tensor x = Tensor::randn({64, 1, 28, 28}, dtypes::float32, "CPU");
+  Tensor labels = Tensor::randint(0, 10, {64}, dtypes::int64, "CPU");
+  Tensor loss = nn::cross_entropy(model->forward(x), labels);
+  std::vector<Tensor> outputs = gradients(loss, model->parameters());
+  outputs.push_back(loss);
+  Schedule schedule = Tensor::schedule(outputs);
+  std::vector<double> llvm = step_compile_seconds("CPU", schedule);
+  // Quick: every third kernel through clang (a few seconds instead of ~20).
+  Schedule some;
+  for (size_t i = 0; i < schedule.items.size(); i += size_t(plan.clang_kernel_stride)) some.items.push_back(schedule.items[i]);
+  std::vector<double> clang = step_compile_seconds("CLANG", some);
+  r.runs = int(llvm.size());
+  r.higher_is_better = false;
+  r.kiln = duration(llvm, 1e3);
+  r.reference = duration(clang, 1e3);
+  r.notes.push_back(cat(llvm.size(), " kernels, in-process LLVM ", short_number(std::accumulate(llvm.begin(), llvm.end(), 0.0)),
+                        " s in all; clang ", clang.size(), " kernels ", short_number(std::accumulate(clang.begin(), clang.end(), 0.0)),
+                        " s; [min..max] over kernels, empty cache directories"));
+}
+
 std::string machine_text(const OtherLoad& load, std::optional<double>& cores_busy) {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   cores_busy = load.cores();
@@ -502,7 +550,41 @@ void run_bench(const BenchOptions& options) {
   add(result("realize, compiled 200-op graph", "16 float32", "us"), [&](BenchResult& r) { realize_overhead(r, plan); });
   add(result("first realize of a new kernel", "16x16 exp+sum", "ms/kernel"),
       [&](BenchResult& r) { new_kernel(r, plan); });
+  if (spec.name == "CPU")
+    add(compared("compile a training step's kernels", "demo CNN fwd+bwd", "ms/kernel", "clang process (CLANG)", 0),
+        [&](BenchResult& r) { compile_step(r, plan); });
 
+  // The CPU device's in-process code beside the C path's (the CLANG device) on the same workloads, in
+  // this run: the in-process compiler must not make kernels slower.
+  if (spec.lang == Language::LLVM) {
+    std::string saved = config().device;
+    try {
+      get_device("CLANG");
+      config().device = "CLANG";
+      Inputs clang_in(plan.n);
+      auto beside = [&](const std::string& cpu_row, BenchResult r, const std::function<void(BenchResult&)>& body) {
+        r.target_percent.reset();
+        r.name += " on CLANG";
+        BenchResult done = guarded(std::move(r), body);
+        // Each side as a share of its own same-run reference, so drift between the two runs cancels.
+        for (const BenchResult& row : report.results) {
+          std::optional<double> cpu = percent_of_reference(row), clang = percent_of_reference(done);
+          if (row.name == cpu_row && cpu && clang && *clang > 0)
+            done.notes.push_back(cat("in-process LLVM (CPU) / clang C, each against its reference: ", short_number(*cpu / *clang)));
+        }
+        report.results.push_back(std::move(done));
+      };
+      beside("relu(a*b+c)", compared("relu(a*b+c)", n, "GB/s", "C/OpenMP", 0), [&](BenchResult& r) { elementwise(r, plan, clang_in, ref); });
+      beside("sum", compared("sum", n, "GB/s", "C/OpenMP", 0), [&](BenchResult& r) { sum(r, plan, clang_in, ref); });
+      beside("softmax rows", compared("softmax rows", cat(plan.softmax_rows, "x", plan.softmax_cols, " float32"), "GB/s", "C/OpenMP", 0),
+             [&](BenchResult& r) { softmax(r, plan, clang_in, ref); });
+      beside("matmul", compared("matmul", cat(plan.matmul, "^3 float32"), "GFLOP/s", cat("OpenBLAS sgemm, core ", blas.core), 0),
+             [&](BenchResult& r) { matmul(r, plan, clang_in, blas); });
+    } catch (const Error& e) {
+      report.changes.push_back(cat("no CLANG figures beside CPU's: ", e.what()));
+    }
+    config().device = saved;
+  }
   // On another device, the CPU device's figures for the same two workloads, measured in this run.
   if (spec.name != "CPU") {
     std::string saved = config().device;
