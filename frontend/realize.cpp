@@ -17,6 +17,7 @@
 #include "uop/big_stack.h"
 #include "uop/config.h"
 #include "uop/hash.h"
+#include "uop/thread_pool.h"
 
 namespace kiln {
 
@@ -99,36 +100,86 @@ struct CompiledKernel {
 
 // Keyed by the AST node itself: ASTs are interned and each entry keeps its AST alive, so the address
 // identifies the kernel for as long as the entry exists, and a lookup is one hash of two pointers.
+//
+// Compiles run outside the cache's lock, each kernel's at most once: an entry is made under the cache's
+// lock, and its build runs under the entry's own, so every other caller of that kernel waits for it
+// while other kernels compile concurrently. realize hands the kernels of a schedule that are not yet
+// built to the thread pool (prefetch) and launches them in order as each becomes ready. A prefetch that
+// throws keeps its error for the realize that needs the kernel (raised once; the next caller builds
+// again), so an error is reported where it was before: in the realize, never lost on a worker.
 class KernelCache {
  public:
   CompiledKernel& get(Device& device, const ScheduleItem& item) {
-    const UOpPtr& ast = item.ast;
-    std::lock_guard<std::mutex> lock(mu_);
-    std::unique_ptr<CompiledKernel>& entry = cache_[{&device, ast.get()}];
-    if (entry) return *entry;
-    if (compiles_forbidden.load(std::memory_order_relaxed) && config().strict)
-      throw Error(cat("KILN_STRICT: kernel ", ast_name(ast), " would be compiled after a captured step started replaying; "
-                      "deploy mode forbids compiles after the warmup (run every step shape during the warmup, or unset KILN_STRICT)"));
-    if (observer) observer(ast);
-    auto compiled = std::make_unique<CompiledKernel>();
-    compiled->ast = ast;
-    // KILN_BEAM: the tuning cache's opts, or a search's (once per new kernel: this cache keeps the result).
-    compiled->lowered = config().beam > 0 ? tuned_kernel(device, ast, kernel_buffers(item.bufs), config().beam)
-                                          : lower_kernel(ast, device.spec());
-    compiled->program = device.load(device.compile(compiled->lowered.source, compiled->lowered.name));
-    ++g_lowered;
-    entry = std::move(compiled);
-    return *entry;
+    Entry& entry = entry_of(device, item.ast);
+    std::lock_guard<std::mutex> lock(entry.mu);
+    if (!entry.built) {
+      if (std::exception_ptr error = std::exchange(entry.error, nullptr)) std::rethrow_exception(error);
+      build(entry.kernel, device, item);
+      entry.built = true;
+    }
+    return entry.kernel;
+  }
+
+  // Starts building `item`'s kernel on the thread pool unless it is built or being built.
+  void prefetch(Device& device, const ScheduleItem& item) {
+    Entry& entry = entry_of(device, item.ast);
+    if (entry.prefetched.exchange(true)) return;
+    default_pool().submit([this, &device, &entry, item] {
+      // Someone holds the entry: it is being built (or read) already; a worker never waits for it.
+      std::unique_lock<std::mutex> lock(entry.mu, std::try_to_lock);
+      if (!lock.owns_lock() || entry.built || entry.error) return;
+      try {
+        build(entry.kernel, device, item);
+        entry.built = true;
+      } catch (...) {
+        entry.error = std::current_exception();
+      }
+    });
   }
 
  private:
+  struct Entry {
+    std::mutex mu;                        // held while building
+    bool built = false;
+    std::exception_ptr error;             // a prefetch's, for the next get()
+    std::atomic<bool> prefetched{false};
+    CompiledKernel kernel;
+  };
+
+  Entry& entry_of(Device& device, const UOpPtr& ast) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_ptr<Entry>& entry = cache_[{&device, ast.get()}];
+    if (!entry) {
+      entry = std::make_unique<Entry>();
+      entry->kernel.ast = ast;
+    }
+    return *entry;
+  }
+
+  void build(CompiledKernel& compiled, Device& device, const ScheduleItem& item) {
+    const UOpPtr& ast = item.ast;
+    if (compiles_forbidden.load(std::memory_order_relaxed) && config().strict)
+      throw Error(cat("KILN_STRICT: kernel ", ast_name(ast), " would be compiled after a captured step started replaying; "
+                      "deploy mode forbids compiles after the warmup (run every step shape during the warmup, or unset KILN_STRICT)"));
+    if (observer) {  // one call at a time: observers need not be thread-safe
+      std::lock_guard<std::mutex> lock(observer_mu_);
+      observer(ast);
+    }
+    // KILN_BEAM: the tuning cache's opts, or a search's (once per new kernel: this cache keeps the result).
+    LoweredKernel lowered = config().beam > 0 ? tuned_kernel(device, ast, kernel_buffers(item.bufs), config().beam)
+                                              : lower_kernel(ast, device.spec());
+    compiled.program = device.load(device.compile(lowered.source, lowered.name));
+    compiled.lowered = std::move(lowered);
+    ++g_lowered;
+  }
+
   struct KeyHash {
     size_t operator()(const std::pair<const Device*, const UOp*>& k) const {
       return hash_combine(reinterpret_cast<uintptr_t>(k.first), reinterpret_cast<uintptr_t>(k.second));
     }
   };
-  std::mutex mu_;
-  std::unordered_map<std::pair<const Device*, const UOp*>, std::unique_ptr<CompiledKernel>, KeyHash> cache_;
+  std::mutex mu_, observer_mu_;
+  std::unordered_map<std::pair<const Device*, const UOp*>, std::unique_ptr<Entry>, KeyHash> cache_;
 
  public:
   std::function<void(const UOpPtr&)> observer;
@@ -389,6 +440,11 @@ std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs, const std::
   });
   if (!targets.empty()) write_in_place(s, targets);
   if (config().debug >= 1) std::cerr << "kiln: realize: " << s.items.size() << " items\n";
+  // Kernels no cache has built yet compile on the pool while earlier ones run (not under KILN_BEAM: a
+  // search uses the pool itself).
+  if (config().beam == 0)
+    for (const ScheduleItem& item : s.items)
+      if (item.kind == ScheduleItem::Kind::Kernel) kernel_cache().prefetch(*storage_of(item.bufs[0]).device, item);
   for (size_t i = 0; i < s.items.size(); ++i) {
     run_item(s.items[i]);
     if (s.items[i].kind == ScheduleItem::Kind::Kernel) {

@@ -14,6 +14,7 @@ catch2
 nlohmann-json3-dev
 libcli11-dev
 clang
+llvm-14-dev
 libopenblas-dev
 libtorch-dev
 zlib1g-dev
@@ -26,7 +27,10 @@ libvulkan-dev mesa-vulkan-drivers spirv-headers spirv-tools
 # <source_location> needs clang 15's __builtin_source_location).  clang-15: the fuzz targets (.ci/run,
 # fuzz/run.sh: clang 15 links libFuzzer itself; PoCL pulls it in anyway).  catch2 (v2): the test suite.  nlohmann-json3-dev: JSON
 # (tuning cache, safetensors headers).  libcli11-dev: the kiln command line.  clang: the CPU
-# device's kernel compiler (gcc works too, but does not vectorize at -O2).
+# device's kernel compiler (gcc works too, but does not vectorize at -O2).  llvm-14-dev: the CPU device's in-process
+# compiler: LLVM 14's C headers at build time and libLLVM-14.so.1 (dlopen'ed; without it CPU falls back to
+# clang as a process). 14 because it is the clang that compiles the C path here, so both paths share one
+# optimizer and backend and `kiln bench` compares the compilers, not LLVM versions.
 # libopenblas-dev: the sgemm reference of `kiln bench` (dlopen'ed at run time; optional there).
 # libtorch-dev: the test oracle for op semantics and gradients (tests only; skipped when missing).
 # zlib1g-dev: gzipped IDX files.  dataset-fashion-mnist: the data of `kiln train mnist` (make demo).

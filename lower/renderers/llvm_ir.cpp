@@ -357,9 +357,10 @@ class Renderer {
       case Op::SIN: return intrinsic("sin", t, {a(0)});
       case Op::TRUNC: return intrinsic("trunc", t, {a(0)});
       case Op::POW: return intrinsic("pow", t, {a(0), a(1)});
-      case Op::ADD: return binary("fadd contract", "add");
+      // bool is i1 here, where add and mul would wrap: C's bool arithmetic is || and && (1 + 1 stores as true).
+      case Op::ADD: return binary("fadd contract", is_bool(t) ? "or" : "add");
       case Op::SUB: return binary("fsub contract", "sub");
-      case Op::MUL: return binary("fmul contract", "mul");
+      case Op::MUL: return binary("fmul contract", is_bool(t) ? "and" : "mul");
       case Op::FDIV: return binary("fdiv", "sdiv");
       case Op::IDIV: return binary("fdiv", uns ? "udiv" : "sdiv");
       case Op::MOD: return binary("frem", uns ? "urem" : "srem");
@@ -378,9 +379,9 @@ class Renderer {
       }
       case Op::MULACC: {
         std::string x = a(0), y = a(1), z = a(2);
-        std::string m = emit(cat(fp ? "fmul contract " : "mul ", ty, " ", x, ", ", y));
+        std::string m = emit(cat(fp ? "fmul contract " : is_bool(t) ? "and " : "mul ", ty, " ", x, ", ", y));
         bool reassoc = fp && single_accumulator_ && updates_.count(u.get());
-        return emit(cat(fp ? "fadd contract" : "add", reassoc ? " reassoc " : " ", ty, " ", m, ", ", z));
+        return emit(cat(fp ? "fadd contract" : is_bool(t) ? "or" : "add", reassoc ? " reassoc " : " ", ty, " ", m, ", ", z));
       }
       case Op::CAST: return convert(a(0), u->src[0]->dtype, t);
       case Op::BITCAST: {
