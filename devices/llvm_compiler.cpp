@@ -185,6 +185,7 @@ class LlvmCompiler : public HostCompiler {
 
  private:
   std::vector<uint8_t> build(const std::string& source, const std::string& name, const std::string& symbol);
+  LLVMTargetMachineRef thread_machine();
 
   std::string device_, triple_, cpu_, features_, arch_, identity_, fingerprint_;
   LLVMTargetRef target_ = nullptr;
@@ -202,14 +203,29 @@ Binary LlvmCompiler::compile(const std::string& source, const std::string& name)
   return Binary{symbol, std::move(object)};
 }
 
+// This thread's target machine (one per thread: a machine is not to be shared by concurrent compiles;
+// making one per compile cost a few milliseconds). Kept for the thread's life.
+LLVMTargetMachineRef LlvmCompiler::thread_machine() {
+  struct Machines {
+    std::map<const LlvmCompiler*, LLVMTargetMachineRef> by_compiler;
+    ~Machines() {
+      for (auto& [compiler, machine] : by_compiler) llvm().LLVMDisposeTargetMachine(machine);
+    }
+  };
+  thread_local Machines machines;
+  LLVMTargetMachineRef& machine = machines.by_compiler[this];
+  if (!machine)
+    machine = llvm().LLVMCreateTargetMachine(target_, triple_.c_str(), cpu_.c_str(), features_.c_str(), LLVMCodeGenLevelDefault,
+                                             LLVMRelocPIC, LLVMCodeModelDefault);
+  return machine;
+}
+
 // Parse, verify, rename the entry point, optimize, emit an object file.
 std::vector<uint8_t> LlvmCompiler::build(const std::string& source, const std::string& name, const std::string& symbol) {
   const Llvm& l = llvm();
   LLVMContextRef context = l.LLVMContextCreate();
   LLVMModuleRef module = nullptr;
-  LLVMTargetMachineRef machine = nullptr;
   auto cleanup = [&] {
-    if (machine) l.LLVMDisposeTargetMachine(machine);
     if (module) l.LLVMDisposeModule(module);
     l.LLVMContextDispose(context);
   };
@@ -229,8 +245,7 @@ std::vector<uint8_t> LlvmCompiler::build(const std::string& source, const std::s
   l.LLVMAddTargetDependentFunctionAttr(fn, "target-cpu", cpu_.c_str());
   l.LLVMAddTargetDependentFunctionAttr(fn, "target-features", features_.c_str());
 
-  machine = l.LLVMCreateTargetMachine(target_, triple_.c_str(), cpu_.c_str(), features_.c_str(), LLVMCodeGenLevelDefault,
-                                      LLVMRelocPIC, LLVMCodeModelDefault);
+  LLVMTargetMachineRef machine = thread_machine();
   if (!machine) fail(cat("LLVM could not create a target machine for ", triple_, " ", cpu_));
   l.LLVMSetTarget(module, triple_.c_str());
   LLVMTargetDataRef layout = l.LLVMCreateTargetDataLayout(machine);
