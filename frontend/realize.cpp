@@ -106,9 +106,14 @@ struct CompiledKernel {
 // while other kernels compile concurrently. realize hands the kernels of a schedule that are not yet
 // built to the thread pool (prefetch) and launches them in order as each becomes ready. A prefetch that
 // throws keeps its error for the realize that needs the kernel (raised once; the next caller builds
-// again), so an error is reported where it was before: in the realize, never lost on a worker.
+// again), so an error is reported where it was before: in the realize, never lost on a worker. No build
+// outlives its realize: one that stops early (an error) cancels its queued prefetches and waits for the
+// running ones (settle), so no worker is still compiling when the caller moves on, or the process exits.
 class KernelCache {
  public:
+  struct Entry;
+  using Cancel = std::shared_ptr<std::atomic<bool>>;
+
   CompiledKernel& get(Device& device, const ScheduleItem& item) {
     Entry& entry = entry_of(device, item.ast);
     std::lock_guard<std::mutex> lock(entry.mu);
@@ -120,14 +125,15 @@ class KernelCache {
     return entry.kernel;
   }
 
-  // Starts building `item`'s kernel on the thread pool unless it is built or being built.
-  void prefetch(Device& device, const ScheduleItem& item) {
+  // Starts building `item`'s kernel on the thread pool unless it is built; the entry handed over, else
+  // null. Once `cancel` is set, a task not yet started builds nothing.
+  Entry* prefetch(Device& device, const ScheduleItem& item, const Cancel& cancel) {
     Entry& entry = entry_of(device, item.ast);
-    if (entry.prefetched.exchange(true)) return;
-    default_pool().submit([this, &device, &entry, item] {
+    if (entry.built) return nullptr;
+    default_pool().submit([this, &device, &entry, item, cancel] {
       // Someone holds the entry: it is being built (or read) already; a worker never waits for it.
       std::unique_lock<std::mutex> lock(entry.mu, std::try_to_lock);
-      if (!lock.owns_lock() || entry.built || entry.error) return;
+      if (!lock.owns_lock() || cancel->load() || entry.built || entry.error) return;
       try {
         build(entry.kernel, device, item);
         entry.built = true;
@@ -135,17 +141,23 @@ class KernelCache {
         entry.error = std::current_exception();
       }
     });
+    return &entry;
   }
 
- private:
+  // Cancels what `handed` still has queued and waits for the builds running now.
+  static void settle(const std::vector<Entry*>& handed, const Cancel& cancel) {
+    cancel->store(true);
+    for (Entry* entry : handed) std::lock_guard<std::mutex> wait(entry->mu);
+  }
+
   struct Entry {
     std::mutex mu;                        // held while building
-    bool built = false;
+    std::atomic<bool> built{false};       // read without the lock by prefetch
     std::exception_ptr error;             // a prefetch's, for the next get()
-    std::atomic<bool> prefetched{false};
     CompiledKernel kernel;
   };
 
+ private:
   Entry& entry_of(Device& device, const UOpPtr& ast) {
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<Entry>& entry = cache_[{&device, ast.get()}];
@@ -442,9 +454,17 @@ std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs, const std::
   if (config().debug >= 1) std::cerr << "kiln: realize: " << s.items.size() << " items\n";
   // Kernels no cache has built yet compile on the pool while earlier ones run (not under KILN_BEAM: a
   // search uses the pool itself).
+  std::vector<KernelCache::Entry*> handed;
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
   if (config().beam == 0)
     for (const ScheduleItem& item : s.items)
-      if (item.kind == ScheduleItem::Kind::Kernel) kernel_cache().prefetch(*storage_of(item.bufs[0]).device, item);
+      if (item.kind == ScheduleItem::Kind::Kernel)
+        if (KernelCache::Entry* e = kernel_cache().prefetch(*storage_of(item.bufs[0]).device, item, cancel)) handed.push_back(e);
+  struct Settle {
+    const std::vector<KernelCache::Entry*>& handed;
+    const KernelCache::Cancel& cancel;
+    ~Settle() { KernelCache::settle(handed, cancel); }
+  } settle{handed, cancel};
   for (size_t i = 0; i < s.items.size(); ++i) {
     run_item(s.items[i]);
     if (s.items[i].kind == ScheduleItem::Kind::Kernel) {
