@@ -119,7 +119,7 @@ class KernelCache {
     std::lock_guard<std::mutex> lock(entry.mu);
     if (!entry.built) {
       if (std::exception_ptr error = std::exchange(entry.error, nullptr)) std::rethrow_exception(error);
-      build(entry.kernel, device, item);
+      build(entry.kernel, device, item.ast, item.bufs);
       entry.built = true;
     }
     return entry.kernel;
@@ -130,12 +130,14 @@ class KernelCache {
   Entry* prefetch(Device& device, const ScheduleItem& item, const Cancel& cancel) {
     Entry& entry = entry_of(device, item.ast);
     if (entry.built) return nullptr;
-    default_pool().submit([this, &device, &entry, item, cancel] {
+    // The task holds the AST only, never the schedule's buffers: a queued task outlives its realize until a
+    // worker drops it, and memory it held would neither return to the device cache nor count as unshared.
+    default_pool().submit([this, &device, &entry, ast = item.ast, cancel] {
       // Someone holds the entry: it is being built (or read) already; a worker never waits for it.
       std::unique_lock<std::mutex> lock(entry.mu, std::try_to_lock);
       if (!lock.owns_lock() || cancel->load() || entry.built || entry.error) return;
       try {
-        build(entry.kernel, device, item);
+        build(entry.kernel, device, ast, {});
         entry.built = true;
       } catch (...) {
         entry.error = std::current_exception();
@@ -168,8 +170,8 @@ class KernelCache {
     return *entry;
   }
 
-  void build(CompiledKernel& compiled, Device& device, const ScheduleItem& item) {
-    const UOpPtr& ast = item.ast;
+  // `bufs` (the kernel's buffers) only matter to a search; prefetches, never run under KILN_BEAM, pass none.
+  void build(CompiledKernel& compiled, Device& device, const UOpPtr& ast, const std::vector<UOpPtr>& bufs) {
     if (compiles_forbidden.load(std::memory_order_relaxed) && config().strict)
       throw Error(cat("KILN_STRICT: kernel ", ast_name(ast), " would be compiled after a captured step started replaying; "
                       "deploy mode forbids compiles after the warmup (run every step shape during the warmup, or unset KILN_STRICT)"));
@@ -178,7 +180,7 @@ class KernelCache {
       observer(ast);
     }
     // KILN_BEAM: the tuning cache's opts, or a search's (once per new kernel: this cache keeps the result).
-    LoweredKernel lowered = config().beam > 0 ? tuned_kernel(device, ast, kernel_buffers(item.bufs), config().beam)
+    LoweredKernel lowered = config().beam > 0 ? tuned_kernel(device, ast, kernel_buffers(bufs), config().beam)
                                               : lower_kernel(ast, device.spec());
     compiled.program = device.load(device.compile(lowered.source, lowered.name));
     compiled.lowered = std::move(lowered);

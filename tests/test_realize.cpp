@@ -2,11 +2,14 @@
 // different one, and what a reused schedule computes matches the host.
 #include <cmath>
 #include <functional>
+#include <future>
 #include <sstream>
 
+#include "devices/device.h"
 #include "frontend/realize.h"
 #include "frontend/tensor.h"
 #include "helpers.h"
+#include "uop/thread_pool.h"
 
 using namespace kiln;
 
@@ -162,4 +165,27 @@ TEST_CASE("realize: a long chain on new data hits without the big-stack schedule
   for (float& v : want)
     for (int i = 0; i < 400; ++i) v = i % 2 ? v * 0.5f : v + 1.0f;
   CHECK(mismatch(got, want) == "");
+}
+
+TEST_CASE("realize: a compile queued behind busy workers holds none of the schedule's memory after the realize", "[realize]") {
+  // Every worker is busy, so the realize's prefetches stay queued and the realize builds its kernels
+  // itself. Once it returns and the output is dropped, its memory must be back in the device cache (a
+  // queued task that kept the schedule's buffers would hold it until a worker got to it).
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::vector<std::future<void>> busy;
+  for (unsigned i = 0; i < default_pool().size(); ++i) busy.push_back(default_pool().submit([gate] { gate.wait(); }));
+  Tensor probe = Tensor::ones({1});
+  Device& device = get_device(probe.device());
+  size_t held = 0;
+  {
+    // A constant no other test uses: these kernels are new to the kernel cache, so they are prefetched.
+    Tensor big = ((Tensor::ones({1 << 20}) * 2.0f + 0.4375f).exp() * 3.0f).realize();
+    CHECK(big.to_vector<float>()[12345] == Approx(std::exp(2.4375f) * 3.0f));
+    held = device.cached_bytes();
+  }
+  size_t after = device.cached_bytes();
+  release.set_value();
+  for (std::future<void>& f : busy) f.get();
+  CHECK(after >= held + (size_t{4} << 20));
 }
