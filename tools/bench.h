@@ -8,11 +8,15 @@
 // Figures are measured, never asserted: the targets are printed beside them as met or MISSED.
 #pragma once
 
+#include <string>
+
 namespace kiln {
 
 struct BenchOptions {
   bool quick = false;
   bool json = false;
+  std::string only;  // `kiln bench train --only mlp`: the workloads whose key or name contains this (all when empty)
+  std::string omp_child;  // internal: this process measures under the OMP_WAIT_POLICY named (tools/bench_train.cpp)
 };
 
 // What `kiln bench --help` says beyond its options.
