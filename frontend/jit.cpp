@@ -1,6 +1,9 @@
 #include "frontend/jit.h"
 
 #include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
 #include <unordered_map>
 
 #include "frontend/detail.h"
@@ -86,6 +89,7 @@ struct Jit::Capture {
   struct Step {
     Program* program = nullptr;  // null and no work: a copy
     LaunchDims dims;
+    std::string name;            // the kernel's, for KILN_DEBUG=2's timed replay
     std::vector<Slot> slots;
     std::function<void()> work;
   };
@@ -188,6 +192,7 @@ void finalize(Jit::Capture& c, Recording rec, Resolved r, const std::vector<Tens
     step.work = e.work;
     step.program = e.launch.program;
     step.dims = e.launch.dims;
+    step.name = e.launch.name;
     for (size_t k = 0; k < e.launch.bufs.size(); ++k) {
       const Role& role = r.roles[i][k];
       if (role.kind == Role::Kind::Input) step.slots.push_back({true, role.index, nullptr});
@@ -209,6 +214,28 @@ void finalize(Jit::Capture& c, Recording rec, Resolved r, const std::vector<Tens
   c.ready = true;
 }
 
+// KILN_DEBUG=2's profile of one replay: the launches' total, then each kernel's time (summed over its
+// launches), slowest first.
+void print_replay_times(const std::vector<std::pair<double, const std::string*>>& times) {
+  std::map<std::string, std::pair<double, int>> by_name;
+  double total = 0;
+  for (const auto& [seconds, name] : times) {
+    auto& [sum, count] = by_name[*name];
+    sum += seconds;
+    ++count;
+    total += seconds;
+  }
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [name, entry] : by_name) order.emplace_back(entry.first, name);
+  std::sort(order.begin(), order.end(), std::greater<>());
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3) << "kiln: jit replay: " << times.size() << " launches, " << total * 1e3 << " ms\n";
+  for (const auto& [seconds, name] : order)
+    out << "kiln:   " << std::setw(9) << seconds * 1e3 << " ms " << std::setw(5) << std::setprecision(1) << 100 * seconds / total
+        << "%  x" << by_name[name].second << "  " << name << std::setprecision(3) << "\n";
+  std::cerr << out.str();
+}
+
 std::vector<Tensor> replay(Jit::Capture& c, const std::vector<Tensor>& inputs) {
   for (const std::shared_ptr<DeviceBuffer>& m : c.roles.state)
     if (m.use_count() == 1)
@@ -222,6 +249,9 @@ std::vector<Tensor> replay(Jit::Capture& c, const std::vector<Tensor>& inputs) {
   }
   auto memory = [&](const Jit::Capture::Slot& slot) { return slot.is_input ? in[slot.input].get() : slot.memory; };
   std::vector<RawBuffer> raws;
+  // KILN_DEBUG=2: each launch timed (synchronized), and the step's kernels listed slowest first.
+  bool timed = config().debug >= 2;
+  std::vector<std::pair<double, const std::string*>> times;
   for (Jit::Capture::Step& step : c.steps) {
     if (step.work) {
       step.work();
@@ -230,9 +260,11 @@ std::vector<Tensor> replay(Jit::Capture& c, const std::vector<Tensor>& inputs) {
     } else {
       raws.clear();
       for (const Jit::Capture::Slot& slot : step.slots) raws.push_back(memory(slot)->raw);
-      step.program->launch(raws, {}, step.dims, false);
+      double seconds = step.program->launch(raws, {}, step.dims, timed);
+      if (timed) times.emplace_back(seconds, &step.name);
     }
   }
+  if (timed) print_replay_times(times);
   // The previous call's activations and outputs are overwritten: tensors still holding them go stale.
   for (const std::shared_ptr<DeviceBuffer>& m : c.written_internal) ++m->latest;
   std::vector<Tensor> out;

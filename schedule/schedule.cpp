@@ -113,18 +113,21 @@ class Scheduler {
   // The one cost function: whether a node inside a kernel's region is stored instead of fused.
   //  - CONTIGUOUS and COPY are stored by definition;
   //  - a REDUCE_AXIS is stored if it is broadcast back (read through an EXPAND: fusing would redo
-  //    the whole reduction per element), read inside another reduction, or read by several consumers,
-  //    directly or through a node that several consumers share (`shared`: that node is recomputed in
-  //    each of them, and the reduction with it);
+  //    the whole reduction per element), read through a PAD (`padded`: a piece of a cat, a phase of a
+  //    strided conv's input gradient, the gradient of a slice; fused, the consumer would run the
+  //    reduction's loops for every element, masked where the piece is absent, once per piece; stored,
+  //    each reduction runs dense in its own kernel), read inside another reduction, or read by several
+  //    consumers, directly or through a node that several consumers share (`shared`: that node is
+  //    recomputed in each of them, and the reduction with it);
   //  - an elementwise node read through an EXPAND inside a reduction is stored when it costs more
   //    than kMaxBroadcastOps ALU ops (each of its values is used many times there);
   //  - an elementwise node with consumers outside the region is stored only when recomputing it
   //    costs more than kMaxRecomputeOps ALU ops per element. Consumers inside the region cost
   //    nothing: a kernel is a DAG and computes a shared node once.
-  bool must_store(const UOpPtr& u, bool expanded, bool in_reduce, bool shared) {
+  bool must_store(const UOpPtr& u, bool expanded, bool padded, bool in_reduce, bool shared) {
     if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return true;
     int users = users_[u.get()];
-    if (u->op == Op::REDUCE_AXIS) return expanded || in_reduce || shared || users > 1;
+    if (u->op == Op::REDUCE_AXIS) return expanded || padded || in_reduce || shared || users > 1;
     if (expanded && in_reduce && is_alu(u->op) && alu_cost(u) > kMaxBroadcastOps) return true;
     auto inside = region_users_.find(u.get());
     int outside = users - (inside == region_users_.end() ? 0 : inside->second);
@@ -163,29 +166,30 @@ class Scheduler {
   void explore_region(const UOpPtr& root) {
     struct Item {
       UOpPtr node;
-      bool expanded, in_reduce, shared;
+      bool expanded, padded, in_reduce, shared;
     };
     std::vector<Item> stack;
     count_region_users(root);
-    for (const UOpPtr& s : root->src) stack.push_back({s, false, root->op == Op::REDUCE_AXIS, false});
+    for (const UOpPtr& s : root->src) stack.push_back({s, false, false, root->op == Op::REDUCE_AXIS, false});
     if (root->op == Op::COPY) {  // a copy reads its source from a buffer
       if (!is_leaf(root->src[0])) mark_stored(root->src[0]);
       return;
     }
-    std::set<std::tuple<const UOp*, bool, bool, bool>> seen;
+    std::set<std::tuple<const UOp*, bool, bool, bool, bool>> seen;
     while (!stack.empty()) {
       Item it = stack.back();
       stack.pop_back();
       const UOpPtr& u = it.node;
       if (is_leaf(u) || stored_.count(u.get())) continue;
-      if (!seen.insert({u.get(), it.expanded, it.in_reduce, it.shared}).second) continue;
-      if (must_store(u, it.expanded, it.in_reduce, it.shared)) {
+      if (!seen.insert({u.get(), it.expanded, it.padded, it.in_reduce, it.shared}).second) continue;
+      if (must_store(u, it.expanded, it.padded, it.in_reduce, it.shared)) {
         mark_stored(u);
         continue;
       }
       bool expands = u->op == Op::EXPAND && numel(shapes_(u)) != numel(shapes_(u->src[0]));
+      bool pads = u->op == Op::PAD && numel(shapes_(u)) != numel(shapes_(u->src[0]));
       for (const UOpPtr& s : u->src)
-        stack.push_back({s, it.expanded || expands, it.in_reduce || u->op == Op::REDUCE_AXIS, it.shared || users_[u.get()] > 1});
+        stack.push_back({s, it.expanded || expands, it.padded || pads, it.in_reduce || u->op == Op::REDUCE_AXIS, it.shared || users_[u.get()] > 1});
     }
   }
 
