@@ -217,22 +217,21 @@ void finalize(Jit::Capture& c, Recording rec, Resolved r, const std::vector<Tens
 // KILN_DEBUG=2's profile of one replay: the launches' total, then each kernel's time (summed over its
 // launches), slowest first.
 void print_replay_times(const std::vector<std::pair<double, const std::string*>>& times) {
-  std::map<std::string, std::pair<double, int>> by_name;
+  std::map<std::string, std::pair<double, int>> by_name;  // seconds and launches
   double total = 0;
   for (const auto& [seconds, name] : times) {
-    auto& [sum, count] = by_name[*name];
-    sum += seconds;
-    ++count;
+    by_name[*name].first += seconds;
+    ++by_name[*name].second;
     total += seconds;
   }
-  std::vector<std::pair<double, std::string>> order;
-  for (const auto& [name, entry] : by_name) order.emplace_back(entry.first, name);
+  std::vector<std::tuple<double, int, const std::string*>> order;
+  for (const auto& [name, entry] : by_name) order.emplace_back(entry.first, entry.second, &name);
   std::sort(order.begin(), order.end(), std::greater<>());
   std::ostringstream out;
   out << std::fixed << std::setprecision(3) << "kiln: jit replay: " << times.size() << " launches, " << total * 1e3 << " ms\n";
-  for (const auto& [seconds, name] : order)
+  for (const auto& [seconds, launches, name] : order)
     out << "kiln:   " << std::setw(9) << seconds * 1e3 << " ms " << std::setw(5) << std::setprecision(1) << 100 * seconds / total
-        << "%  x" << by_name[name].second << "  " << name << std::setprecision(3) << "\n";
+        << "%  x" << launches << "  " << *name << std::setprecision(3) << "\n";
   std::cerr << out.str();
 }
 

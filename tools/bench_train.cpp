@@ -10,9 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +30,7 @@
 #include "torch_bench/torch_bench.h"
 #include "train.h"
 #include "uop/config.h"
+#include "uop/process.h"
 
 namespace kiln {
 
@@ -358,29 +356,24 @@ void rerun_with_malloc_tunables() {
 // OMP_WAIT_POLICY is libgomp's variable, set for the child only; kiln's own launch team ignores it.
 constexpr const char* kOmpPolicies[] = {"ACTIVE", "PASSIVE"};
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
+// Runs one model in a child process under `policy` and returns its JSON report. The child's output
+// mixes stderr (KILN_DEBUG lines) with the report, which is the last thing printed: an array opening a
+// line and running to the end.
 nlohmann::json run_child(const BenchOptions& options, const std::string& key, const std::string& policy) {
   std::error_code ec;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw Error(cat("kiln bench train: cannot find its own binary to run a model in a child process (", ec.message(), ")"));
-  std::string command = cat("OMP_WAIT_POLICY=", policy, " ", shell_quote(exe.string()), " --device ",
-                            shell_quote(default_device_name()), " bench train --json --only ", shell_quote(key),
-                            options.quick ? " --quick" : "", " --omp-child ", policy);
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) throw Error(cat("kiln bench train: cannot start a child process (", std::strerror(errno), "): ", command));
-  std::string out;
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
-  int status = pclose(pipe);
-  if (status != 0) throw Error(cat("kiln bench train: the child measuring ", key, " under OMP_WAIT_POLICY=", policy, " failed (status ", status, "); it printed:\n", out));
-  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> argv{"env", cat("OMP_WAIT_POLICY=", policy), exe.string(), "--device", default_device_name(), "bench", "train",
+                                "--json", "--only", key, "--omp-child", policy};
+  if (options.quick) argv.push_back("--quick");
+  ProcessResult child = run_process(argv);
+  if (child.exit_code != 0)
+    throw Error(cat("kiln bench train: the child measuring ", key, " under OMP_WAIT_POLICY=", policy, " failed (exit ", child.exit_code,
+                    "); it printed:\n", child.output));
+  size_t at = child.output.rfind("\n[");
+  nlohmann::json j = nlohmann::json::parse(child.output.substr(at == std::string::npos ? 0 : at + 1), nullptr, /*allow_exceptions=*/false);
   if (!j.is_array() || j.size() != 1)
-    throw Error(cat("kiln bench train: the child measuring ", key, " printed no single-model JSON report:\n", out));
+    throw Error(cat("kiln bench train: the child measuring ", key, " printed no single-model JSON report:\n", child.output));
   return j[0];
 }
 
