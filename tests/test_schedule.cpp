@@ -131,6 +131,24 @@ TEST_CASE("a reduce of a reduce stores the inner one", "[schedule]") {
   CHECK(a.sum({1}).sum({0}).to_vector<float>()[0] == Approx(a.sum().to_vector<float>()[0]));
 }
 
+TEST_CASE("a reduce read through a pad is stored: a cat of two sums is two reduce kernels and one elementwise", "[schedule]") {
+  Tensor a = rand_like_shape({8, 32}), b = rand_like_shape({6, 16}) * 0.5;
+  Tensor joined = Tensor::cat({a.sum({1}), b.sum({1})}, 0);
+  CHECK(kernels({joined}) == 3);  // fused, the cat's kernel would run both sums for every element, masked
+  std::vector<float> got = joined.to_vector<float>(), sa = a.to_vector<float>(), sb = b.to_vector<float>();
+  REQUIRE(got.size() == 14);
+  for (size_t i = 0; i < 8; ++i) {
+    float want = 0;
+    for (size_t j = 0; j < 32; ++j) want += sa[i * 32 + j];
+    CHECK(got[i] == Approx(want));
+  }
+  for (size_t i = 0; i < 6; ++i) {
+    float want = 0;
+    for (size_t j = 0; j < 16; ++j) want += sb[i * 16 + j];
+    CHECK(got[8 + i] == Approx(want));
+  }
+}
+
 TEST_CASE("intermediate buffers are freed after their last reader", "[schedule]") {
   Tensor a = rand_like_shape({8, 32});
   Schedule s = Tensor::schedule({a.softmax(1)});
