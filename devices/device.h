@@ -48,6 +48,9 @@ struct DeviceSpec {
   // Bytes of one vector register the upcast heuristics aim at (64: AVX-512); 0: the language has no
   // vector types kiln renders, so upcasts become scalar copies (a register tile) instead of vectors.
   int64_t vector_bytes = 64;
+  // exp2 and log2 of float32 are lowered to ALU ops (lower/transcendental.h) instead of the language's
+  // functions: for a compiler that calls a scalar library function per element, even in vector code.
+  bool alu_transcendentals = false;
 };
 
 // A device allocation. `handle` is the device's own: a host pointer on CPU, a cl_mem on OpenCL, ...

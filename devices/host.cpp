@@ -203,6 +203,7 @@ class HostDevice : public Device {
     spec_.has_fp16 = false;  // float16 is stored as 16 bits and computed in float
     spec_.has_fp64 = true;
     spec_.vector_bytes = host_vector_bytes();
+    spec_.alu_transcendentals = true;  // vector loops of exp2f/log2f calls would run lane by lane
   }
   ~HostDevice() override { release_cached(); }
 

@@ -50,5 +50,8 @@ using CustomVjp = std::function<std::vector<std::optional<Tensor>>(const Tensor&
 void set_custom_gradient(const Tensor& out, const std::vector<Tensor>& inputs, CustomVjp vjp);
 // Inside a vjp: the gradient of out's own graph with respect to input (out's custom gradient ignored).
 Tensor plain_gradient(const UOpPtr& out, const Tensor& input, const Tensor& grad);
+// The gradient of an elementwise `out` made from x, with respect to x, is g * local(x, out): a closed form
+// instead of out's graph differentiated op by op (nothing is set without grad mode or for non-float x).
+void set_elementwise_gradient(const Tensor& out, const Tensor& x, std::function<Tensor(const Tensor& x, const Tensor& out)> local);
 
 }  // namespace kiln::detail

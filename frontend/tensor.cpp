@@ -274,7 +274,9 @@ Tensor Tensor::sigmoid() const {
     // -|x| by selection, not abs(): abs's gradient at 0 is 0, and sigmoid's is 1/4 there.
     Tensor negative = x.lt(x.zeros_like());
     Tensor e = negative.where(x, -x).exp(), p = (e + 1.0).reciprocal();
-    return negative.where(e * p, p);
+    Tensor out = negative.where(e * p, p);
+    detail::set_elementwise_gradient(out, x, [](const Tensor&, const Tensor& s) { return s * (-s + 1.0); });
+    return out;
   });
 }
 

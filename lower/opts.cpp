@@ -8,6 +8,7 @@
 
 #include "lower/linearize.h"
 #include "lower/upcast.h"
+#include "lower/transcendental.h"
 #include "uop/config.h"
 #include "uop/error.h"
 #include "uop/rewrite.h"
@@ -192,6 +193,7 @@ class OptApplier {
  public:
   OptApplier(const UOpPtr& ast, const DeviceSpec& spec) : spec_(spec) {
     sink_ = graph_rewrite(ast, pm_symbolic(), nullptr, "simplify");
+    if (spec.alu_transcendentals) sink_ = graph_rewrite(sink_, pm_transcendental(), nullptr, "transcendentals");
     std::vector<UOpPtr> outputs, reduces;
     for (const UOpPtr& u : toposort(sink_)) {
       if (u->op == Op::RANGE) next_id_ = std::max(next_id_, u->axis_id() + 1);
@@ -543,8 +545,8 @@ Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<co
 
 // The default heuristics, for kernels of one store (multi-store kernels get threads only):
 // - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes (not when
-//   the kernel calls transcendentals inside that loop: C has no vector exp2/log2/sin/sqrt, and clang
-//   vectorizes the scalar loop better);
+//   the kernel calls a math function inside that loop, which a vector would call lane by lane: sin,
+//   sqrt, float64 exp2/log2; the CPU's float32 exp2 and log2 are ALU ops by then, lower/transcendental.h);
 // - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
 //   or two vectors of outputs per iteration. The vector is the innermost output loop that the loads
 //   walk contiguously and unmasked (a conv's output channels, not its padded width; else 16 or 8

@@ -37,8 +37,11 @@ bool vectorizable(const UOp& u) {
     case Op::ADD: case Op::SUB: case Op::MUL: case Op::NEG: case Op::MULACC: case Op::MAX: case Op::MIN:
     case Op::REDUCE:
       return true;
-    case Op::FDIV: return is_float(t);
-    case Op::AND: case Op::OR: case Op::XOR: return is_int(t);
+    case Op::FDIV: case Op::RECIP: return is_float(t);
+    case Op::AND: case Op::OR: case Op::XOR: case Op::SHL: case Op::SHR: return is_int(t);
+    // Between 32-bit lanes (a memcpy of the vector in C, a bitcast in LLVM): the exponent tricks of
+    // lower/transcendental.cpp.
+    case Op::BITCAST: return t.itemsize() == 4 && !is_bool(u.src[0]->dtype) && u.src[0]->dtype.itemsize() == 4;
     case Op::WHERE: return t.itemsize() == 4;
     default: return false;
   }

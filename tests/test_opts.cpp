@@ -148,6 +148,41 @@ TEST_CASE("the heuristics' opts are listed and reproduce lower_kernel", "[opts]"
   CHECK(l.kernel->opts == opts);
 }
 
+TEST_CASE("float32 exp, log, sigmoid and gelu are vector ALU code on the CPU devices and match REF", "[opts]") {
+  // Their exp2 and log2 become polynomials and bit tricks (lower/transcendental.h), so the heuristics
+  // vectorize the loop; a device that keeps the library calls keeps EXP2 and LOG2.
+  Tensor x = (Tensor::rand({8, 256}) * 6.0 - 3.0).realize();
+  const std::vector<std::pair<const char*, Tensor>> cases = {
+      {"exp", x.exp()}, {"log", x.abs().log()}, {"sigmoid", x.sigmoid()}, {"gelu", x.gelu()}};
+  int devices = 0;
+  for (const DeviceStatus& status : probe_devices()) {
+    if (!status.available || !get_device(status.name).spec().alu_transcendentals) continue;
+    ++devices;
+    const std::string& device = status.name;
+    const DeviceSpec& spec = get_device(device).spec();
+    for (const auto& [name, out] : cases) {
+      INFO(device << " " << name);
+      Schedule s = Tensor::schedule({out});
+      REQUIRE(s.items.size() == 1);
+      LoweredKernel k = lower_kernel(s.items[0].ast, spec);
+      bool vector_alu = false, calls = false;
+      for (const UOpPtr& u : k.linear) {
+        vector_alu |= is_alu(u->op) && u->dtype.count > 1;
+        calls |= u->op == Op::EXP2 || u->op == Op::LOG2;
+      }
+      CHECK(vector_alu);
+      CHECK(!calls);
+      expect_close(run_kernel(s.items[0], device, nullptr), run_kernel(s.items[0], "REF", nullptr));
+      DeviceSpec library = spec;
+      library.alu_transcendentals = false;
+      bool kept = false;
+      for (const UOpPtr& u : lower_kernel(s.items[0].ast, library).linear) kept |= u->op == Op::EXP2 || u->op == Op::LOG2;
+      CHECK(kept);
+    }
+  }
+  CHECK(devices >= 1);  // the CPU device (in-process LLVM or a C compiler) is one
+}
+
 TEST_CASE("the neighbours of the heuristics' opts apply, differ from them, and give the same result", "[opts]") {
   for (auto& [name, item] : kernels()) {
     const DeviceSpec& spec = get_device("CPU").spec();

@@ -59,25 +59,7 @@ const CStyleLanguage& c_language() {
         "#if defined(__clang__)\n#define KILN_REASSOC _Pragma(\"clang fp reassociate(on)\")\n#else\n#define KILN_REASSOC\n#endif\n"
         "static inline float kiln_u2f(uint32_t x) { float f; memcpy(&f, &x, 4); return f; }\n"
         "static inline uint32_t kiln_f2u(float f) { uint32_t x; memcpy(&x, &f, 4); return x; }\n" +
-        narrow_float_helpers("static inline", "uint16_t", "uint32_t", "kiln_u2f", "kiln_f2u", "rintf") +
-        // 2^x = 2^n * 2^r with n = round(x), |r| <= 1/2, 2^r by its Taylor series (the terms are
-        // ln2^k / k!; the first omitted is below 1e-8), 2^n applied in two halves so subnormal results
-        // round once and no exponent leaves the range. Branch-free: loops calling it vectorize. The
-        // same algorithm as the SPIR-V renderer's (spirv_math.cpp), checked against REF the same way.
-        "static inline float kiln_exp2f(float x) {\n"
-        "  float xs = (x < 128.0f && x > -150.0f) ? x : 0.0f;\n"
-        "  float n = rintf(xs), r = xs - n;\n"
-        "  float p = 1.525273380e-05f;\n"
-        "  p = p * r + 1.540353039e-04f; p = p * r + 1.333355815e-03f; p = p * r + 9.618129108e-03f;\n"
-        "  p = p * r + 5.550410866e-02f; p = p * r + 2.402265070e-01f; p = p * r + 6.931471806e-01f;\n"
-        "  p = p * r + 1.0f;\n"
-        "  int32_t ni = (int32_t)n, half = ni / 2;\n"
-        "  float v = (p * kiln_u2f((uint32_t)(half + 127) << 23)) * kiln_u2f((uint32_t)(ni - half + 127) << 23);\n"
-        "  v = x >= 128.0f ? INFINITY : v;\n"
-        "  v = x <= -150.0f ? 0.0f : v;\n"
-        "  return x != x ? x : v;\n"
-        "}\n";
-    c.float32_fns = {{Op::EXP2, "kiln_exp2f"}};
+        narrow_float_helpers("static inline", "uint16_t", "uint32_t", "kiln_u2f", "kiln_f2u", "rintf");
     c.reassociate = "KILN_REASSOC ";
     // The CPU ABI: the runtime calls the kernel on chunks [gid_begin, gid_end) of launch dimension 0.
     c.kernel_open =
@@ -355,9 +337,6 @@ class Renderer {
       case Op::NEG: return "(-" + a(0) + ")";
       case Op::RECIP: return "(" + std::string(u->dtype.scalar == ScalarType::Float32 ? "1.0f" : "1.0") + "/" + a(0) + ")";
       case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
-        if (u->dtype.scalar == ScalarType::Float32)
-          for (const auto& [o, fn] : lang_.float32_fns)
-            if (o == u->op) return fn + "(" + a(0) + ")";
         return math_fn(lang_, u->op) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ")";
       case Op::POW:
         return math_fn(lang_, u->op) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ", " + a(1) + ")";

@@ -66,9 +66,6 @@ struct CStyleLanguage {
   // The math functions (float64 spelling; float32 adds "f" where fmath_suffix), by op.
   std::vector<std::pair<Op, std::string>> math_fns = {{Op::SQRT, "sqrt"}, {Op::EXP2, "exp2"}, {Op::LOG2, "log2"},
                                                       {Op::SIN, "sin"},   {Op::TRUNC, "trunc"}, {Op::POW, "pow"}};
-  // float32 functions the preamble defines instead of the library's, by op (C: a branch-free exp2
-  // that clang's loop vectorizer can inline, where a call to exp2f keeps the loop scalar).
-  std::vector<std::pair<Op, std::string>> float32_fns;
   // Put at the start of a block holding a float accumulator update, to let the compiler reassociate
   // that one addition (and so vectorize the reduction); empty where there is no such thing.
   std::string reassociate;

@@ -276,39 +276,6 @@ class Renderer {
 
   // --- ALU --------------------------------------------------------------------------------------
 
-  // The float32 2^x of the C renderer's kiln_exp2f (cstyle.cpp), instruction for instruction.
-  std::string exp2_f32(const std::string& x, DType t) {
-    std::string ft = type_of(t);
-    DType i32 = dtypes::int32.vec(t.count), b = dtypes::bool_.vec(t.count);
-    std::string it = type_of(i32), bt = type_of(b);
-    std::string below = emit(cat("fcmp olt ", ft, " ", x, ", ", constant(128.0, t)));
-    std::string above = emit(cat("fcmp ogt ", ft, " ", x, ", ", constant(-150.0, t)));
-    std::string inside = emit(cat("and ", bt, " ", below, ", ", above));
-    std::string xs = emit(cat("select ", bt, " ", inside, ", ", ft, " ", x, ", ", ft, " ", constant(0.0, t)));
-    std::string n = intrinsic("rint", t, {xs});
-    std::string r = emit(cat("fsub ", ft, " ", xs, ", ", n));
-    std::string p = constant(1.525273380e-05, t);
-    for (double k : {1.540353039e-04, 1.333355815e-03, 9.618129108e-03, 5.550410866e-02, 2.402265070e-01, 6.931471806e-01, 1.0}) {
-      std::string m = emit(cat("fmul contract ", ft, " ", p, ", ", r));
-      p = emit(cat("fadd contract ", ft, " ", m, ", ", constant(k, t)));
-    }
-    std::string ni = emit(cat("fptosi ", ft, " ", n, " to ", it));
-    std::string half = emit(cat("sdiv ", it, " ", ni, ", ", int_constant(2, i32)));
-    auto power = [&](const std::string& e) {
-      std::string biased = emit(cat("add ", it, " ", e, ", ", int_constant(127, i32)));
-      std::string shifted = emit(cat("shl ", it, " ", biased, ", ", int_constant(23, i32)));
-      return emit(cat("bitcast ", it, " ", shifted, " to ", ft));
-    };
-    std::string first = power(half), rest = power(emit(cat("sub ", it, " ", ni, ", ", half)));
-    std::string v = emit(cat("fmul ", ft, " ", emit(cat("fmul ", ft, " ", p, ", ", first)), ", ", rest));
-    std::string overflow = emit(cat("fcmp oge ", ft, " ", x, ", ", constant(128.0, t)));
-    v = emit(cat("select ", bt, " ", overflow, ", ", ft, " ", constant(INFINITY, t), ", ", ft, " ", v));
-    std::string underflow = emit(cat("fcmp ole ", ft, " ", x, ", ", constant(-150.0, t)));
-    v = emit(cat("select ", bt, " ", underflow, ", ", ft, " ", constant(0.0, t), ", ", ft, " ", v));
-    std::string is_nan = emit(cat("fcmp uno ", ft, " ", x, ", ", x));
-    return emit(cat("select ", bt, " ", is_nan, ", ", ft, " ", x, ", ", ft, " ", v));
-  }
-
   // MAX/MIN: a float NaN on either side wins, as in C's (a != a || a > b) ? a : b.
   std::string max_min(const UOpPtr& u) {
     DType t = u->src[0]->dtype;
@@ -352,7 +319,7 @@ class Renderer {
         return emit(cat("fdiv ", ty, " ", constant(1.0, t), ", ", x));
       }
       case Op::SQRT: return intrinsic("sqrt", t, {a(0)});
-      case Op::EXP2: return t.scalar == ScalarType::Float32 ? exp2_f32(a(0), t) : intrinsic("exp2", t, {a(0)});
+      case Op::EXP2: return intrinsic("exp2", t, {a(0)});
       case Op::LOG2: return intrinsic("log2", t, {a(0)});
       case Op::SIN: return intrinsic("sin", t, {a(0)});
       case Op::TRUNC: return intrinsic("trunc", t, {a(0)});

@@ -13,7 +13,8 @@
 //   FMA), and the one accumulator update of a single-accumulator reduction `reassoc` too (C: the
 //   KILN_REASSOC pragma), so the loop vectorizer may reorder that sum and nothing else;
 // - integers have no nsw/nuw (-fwrapv); float->int casts saturate with NaN giving 0 (llvm.fpto*i.sat,
-//   the C renderer's compare chain); float32 exp2 is the same branch-free polynomial as C's kiln_exp2f;
+//   the C renderer's compare chain); exp2 and log2 are the library's (the CPU device lowers them to ALU
+//   ops first: lower/transcendental.h);
 // - loops are `for (r = 0; r < end; r++)` in blocks with a phi; an accumulator is an alloca that the O2
 //   pipeline promotes to registers, read where its value is used (as a C variable is);
 // - vectors are LLVM vectors (a bool vector is <N x i1>); loads and stores of them assume only the
