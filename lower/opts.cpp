@@ -86,17 +86,20 @@ int64_t register_lanes(DType element, const DeviceSpec& spec) {
   return std::clamp<int64_t>(spec.vector_bytes / static_cast<int64_t>(element.itemsize()), 2, 16);
 }
 
-// Whether vector loads serve the loads along r: every load that moves with r walks memory
-// contiguously under one gate for all lanes (loads that do not move are broadcast), and at least one
-// moves. A load masked per lane (a padded conv's image along its width) would stay lane by lane.
-bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r) {
+// Whether vector loads serve the loads along r: at least one load walks memory contiguously along r
+// under one gate for all lanes, and (strict) every other load that moves with r does too (loads that do
+// not move are broadcast). Not strict, the others are gathered lane by lane, as a scalar loop loads them
+// anyway: batch norm's sums over a conv's output (stored channels innermost) times an NCHW gradient
+// read the conv's output once per channel vector instead of once per channel. A load masked per lane
+// (a padded conv's image along its width) stays lane by lane.
+bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict = true) {
   bool moves = false;
   for (const UOpPtr& u : toposort(sink)) {
     if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
     std::optional<int64_t> stride = index_stride(u->src[0]->src[1], r);
-    if (stride != 0 && stride != 1) return false;
-    if (stride == 1 && (u->src[0]->src.size() != 2 || (u->src.size() == 3 && depends_on(u->src[2], r)))) return false;
-    moves |= stride == 1;
+    bool vector = stride == 1 && u->src[0]->src.size() == 2 && !(u->src.size() == 3 && depends_on(u->src[2], r));
+    if (strict && stride != 0 && !vector) return false;
+    moves |= vector;
   }
   return moves;
 }
@@ -127,7 +130,7 @@ bool vector_eligible(const UOpPtr& sink, const UOpPtr& r, int64_t lanes, const D
   bool reduces = has_reduce(sink);
   for (const UOpPtr& store : sink->src)
     if (store->op != Op::STORE || (!reduces && !is_contiguous(store->src[0]->src[1], r))) return false;
-  return !reduces || loads_contiguously(sink, r);
+  return !reduces || loads_contiguously(sink, r, /*strict=*/false);
 }
 
 // UNROLL: the reduce loop r runs amount times fewer iterations, each folding `amount` values.
@@ -571,27 +574,39 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
   for (size_t i = 0; i < axes.size(); ++i) remaining[i] = axes[i].range->end()->vmax();
   if (sink->src.size() == 1 && (reduces || !has_transcendental_along(sink, axes[outputs.back()].range))) {
     const UOpPtr& store = sink->src[0];
-    auto lanes_for = [&](int axis) {
+    auto lanes_for = [&](int axis, bool strict) {
       int64_t lanes = register_lanes(store->src[1]->dtype, spec);
       while (lanes >= 2 && remaining[axis] % lanes != 0) lanes /= 2;
-      return lanes >= 2 && vector_eligible(sink, axes[axis].range, lanes, spec) ? lanes : 0;
+      bool fits = lanes >= 2 && vector_eligible(sink, axes[axis].range, lanes, spec) &&
+                  (!strict || !reduces || loads_contiguously(sink, axes[axis].range));
+      return fits ? lanes : 0;
     };
     // The vector axis: the innermost output loop, else (in a reduction) the innermost one the loads
     // walk contiguously, unmasked: a padded conv's output channels rather than its masked width.
-    int last = outputs.back();
     // In a reduction, an outer axis that fills more of the register wins over a narrower innermost
     // one: a 1x1 conv's 14-wide rows give 2 lanes, its 128 output channels 16 (N16 128->128 14x14:
-    // 12% of the FMA peak with the 2 lanes).
-    int64_t lanes = lanes_for(last);
-    for (size_t j = outputs.size() - 1; reduces && j-- > 0;)
-      if (int64_t l = lanes_for(outputs[j]); l > lanes) {
-        last = outputs[j];
-        lanes = l;
-      }
+    // 12% of the FMA peak with the 2 lanes). Only when no axis has every moving load contiguous, one
+    // where some are (the others gathered lane by lane).
+    int last = outputs.back();
+    int64_t lanes = 0;
+    for (bool strict : {true, false}) {
+      last = outputs.back();
+      lanes = lanes_for(last, strict);
+      for (size_t j = outputs.size() - 1; reduces && j-- > 0;)
+        if (int64_t l = lanes_for(outputs[j], strict); l > lanes) {
+          last = outputs[j];
+          lanes = l;
+        }
+      if (lanes != 0 || !reduces) break;
+    }
     const UOpPtr& r = axes[last].range;
     int64_t size = r->end()->vmax();
     bool vector = lanes != 0;
     int64_t tile_rows = 0;  // the register tile's rows, when it has some
+    // Pushed after the vector's UPCAST: the first UPCAST that can be vector lanes becomes them, and the
+    // rows are copies (a valid conv's image is contiguous along its rows too: made the vector, its 8
+    // lanes took the tile and the output channels became 32 scalar copies, 62 GFLOP/s).
+    std::optional<Opt> row_opt;
     if (reduces && outputs.size() >= 2) {
       // Best: rows along which every load that walks the vector axis stays put (B of a matmul along
       // its rows, the image of a conv along its output channels), so each such load feeds a whole
@@ -616,7 +631,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       if (!row) row = rows_of(false);
       if (row) {
         int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 ? 8 : 4;
-        opts.push_back({OptOp::UPCAST, *row, amount});
+        row_opt = Opt{OptOp::UPCAST, *row, amount};
         remaining[*row] /= amount;
         tile_rows = amount;
       }
@@ -633,6 +648,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       opts.push_back({OptOp::UPCAST, last, tile});
       remaining[last] /= tile;
     }
+    if (row_opt) opts.push_back(*row_opt);
     // A second vector per row when the accumulators still fit in half the vector registers (AVX-512
     // has 32, AVX2 16): twice the FMAs per broadcast load. Measured on matmul 1024^3 and a 64->64
     // channel conv (AVX-512, 2 cores): ~1.7x over one vector. Also when the two vectors take the whole

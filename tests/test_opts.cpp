@@ -183,6 +183,30 @@ TEST_CASE("float32 exp, log, sigmoid and gelu are vector ALU code on the CPU dev
   CHECK(devices >= 1);  // the CPU device (in-process LLVM or a C compiler) is one
 }
 
+TEST_CASE("a reduction over operands contiguous along different axes is vectorized along one of them, and matches", "[opts]") {
+  // Batch norm's sums over a conv's output (stored channels innermost) times an NCHW gradient: no axis
+  // has every load contiguous, so the channels are the vector (one load contiguous, the other gathered
+  // lane by lane) rather than a scalar loop that reads each conv output line once per channel.
+  const int64_t n = 4, c = 16, h = 6, w = 6;
+  Tensor nhwc = Tensor::rand({n, h, w, c}).realize(), nchw = Tensor::rand({n, c, h, w}).realize();
+  Tensor out = (nhwc.permute({0, 3, 1, 2}) * nchw).sum({0, 2, 3});
+  Schedule s = Tensor::schedule({out});
+  REQUIRE(s.items.size() == 1);
+  const DeviceSpec& spec = get_device("CPU").spec();
+  LoweredKernel k = lower_kernel(s.items[0].ast, spec);
+  bool vector_load = false;
+  for (const UOpPtr& u : k.linear) vector_load |= u->op == Op::LOAD && u->dtype.count > 1;
+  CHECK(vector_load == (spec.vector_bytes > 0));
+  std::vector<float> a = nhwc.to_vector<float>(), b = nchw.to_vector<float>(), got = out.to_vector<float>();
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x) want += double(a[((i * h + y) * w + x) * c + ch]) * b[((i * c + ch) * h + y) * w + x];
+    CHECK(got[size_t(ch)] == Approx(want).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("the neighbours of the heuristics' opts apply, differ from them, and give the same result", "[opts]") {
   for (auto& [name, item] : kernels()) {
     const DeviceSpec& spec = get_device("CPU").spec();
