@@ -52,6 +52,22 @@ TEST_CASE("matmul is one kernel", "[schedule]") {
   CHECK(kernels({a.matmul(b)}) == 1);
 }
 
+TEST_CASE("a ReLU stays fused into the matmul that reads it, a ReLU of a bias add is stored first", "[schedule]") {
+  // Fused into a matmul's broadcast operand, each value is recomputed once per block of output columns.
+  Tensor h = (rand_like_shape({16, 8}) * 0.25).realize(), bias = (rand_like_shape({8}) * 0.5).realize();
+  Tensor w = (rand_like_shape({8, 4}) * 0.5).realize();
+  CHECK(kernels({h.relu().matmul(w)}) == 1);
+  Tensor out = (h + bias).relu().matmul(w);
+  CHECK(kernels({out}) == 2);
+  std::vector<float> hv = h.to_vector<float>(), bv = bias.to_vector<float>(), wv = w.to_vector<float>(), got = out.to_vector<float>();
+  for (size_t i = 0; i < 16; ++i)
+    for (size_t j = 0; j < 4; ++j) {
+      double want = 0;
+      for (size_t k = 0; k < 8; ++k) want += std::max(0.0, double(hv[i * 8 + k]) + bv[k]) * wv[k * 4 + j];
+      CHECK(got[i * 4 + j] == Approx(want).margin(1e-5));
+    }
+}
+
 TEST_CASE("a matmul whose operands are contiguous only along the reduction copies one transposed first", "[schedule]") {
   // x @ W.T, as nn::Linear computes it: no output axis walks W contiguously, so W is repacked
   // (schedule/repack.h) and the matmul reads the copy; the result is unchanged.
