@@ -313,7 +313,7 @@ std::vector<Tensor> Jit::operator()(const std::vector<Tensor>& given) {
   std::vector<Tensor> out;
   try {
     out = step_(inputs);
-    realize_all(out);
+    realize_all(out, /*with_pending_assigns=*/true);
   } catch (...) {
     set_recorder(outer);
     throw;

@@ -551,7 +551,7 @@ Tensor::LiveUses Tensor::live_uses(const std::unordered_set<const UOp*>& buffers
   return uses;
 }
 
-void realize_all(std::vector<Tensor>& given) {
+void realize_all(std::vector<Tensor>& given, bool with_pending_assigns) {
   std::vector<Tensor> tensors;  // each unrealized one once
   std::unordered_set<const Tensor::State*> included;
   for (const Tensor& t : given)
@@ -562,10 +562,13 @@ void realize_all(std::vector<Tensor>& given) {
   // already; repeated, since one of them may write in place too. A value another tensor still holds is
   // not overwritten: that assign writes new memory.
   // Every other pending assign is realized with them too (batch norm's running statistics when the
-  // optimizer steps), and inside a captured step every pending assign is (frontend/jit.h).
+  // optimizer steps), and at the end of a captured step (frontend/jit.h). Not at every realize inside
+  // a captured step: a check that reads a few values (cross_entropy's target range) then computed the
+  // forward pass for the running statistics in a schedule of its own, and the step's schedule computed
+  // it again (a ResNet step ran every forward conv twice).
   std::unordered_set<const UOp*> written;
   std::unordered_set<const DeviceBuffer*> held;
-  bool assigning = current_recorder() != nullptr ||
+  bool assigning = with_pending_assigns ||
                    std::any_of(tensors.begin(), tensors.end(), [](const Tensor& t) { return t.state_->target != nullptr; });
   for (size_t done = 0; assigning;) {
     std::unordered_set<const UOp*> fresh;

@@ -290,7 +290,7 @@ class Tensor {
   static constexpr int64_t kSplitReduceAbove = 1 << 16, kSplitReduceParts = 256;
   std::vector<int64_t> normalize_axes(std::vector<int64_t> axes, const char* name) const;
   void copy_out(void* dst, DType want);
-  friend void realize_all(std::vector<Tensor>& tensors);
+  friend void realize_all(std::vector<Tensor>& tensors, bool with_pending_assigns);
   friend Tensor operator-(double s, const Tensor& t);
   friend Tensor operator/(double s, const Tensor& t);
 };
@@ -321,8 +321,10 @@ Tensor operator*(double s, const Tensor& t);
 Tensor operator-(double s, const Tensor& t);
 Tensor operator/(double s, const Tensor& t);
 
-// Realizes several tensors with one schedule (shared subgraphs computed once).
-void realize_all(std::vector<Tensor>& tensors);
+// Realizes several tensors with one schedule (shared subgraphs computed once). Pending assigns (batch
+// norm's running statistics) are realized with them when one of them writes in place (an optimizer's
+// step), or when `with_pending_assigns` (the end of a captured step, frontend/jit.h).
+void realize_all(std::vector<Tensor>& tensors, bool with_pending_assigns = false);
 
 template <typename T>
 DType dtype_of();
