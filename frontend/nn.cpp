@@ -2,6 +2,7 @@
 
 #include "frontend/detail.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -21,6 +22,83 @@ Shape channel_shape(int64_t channels, int64_t ndim) {  // (1, C, 1, ...) to broa
 void check_rank(const Tensor& x, int64_t rank, const char* op, const char* layout) {
   if (x.ndim() != rank)
     throw Error(kiln::cat(op, ": expected a ", rank, "-D input ", layout, ", got shape ", shape_str(x.shape())));
+}
+
+
+// t summed down to `shape`, which t broadcasts from (leading axes dropped, size-1 axes kept).
+Tensor sum_to(const Tensor& t, const Shape& shape) {
+  size_t lead = t.shape().size() - shape.size();
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && t.shape()[i] != 1)) axes.push_back(static_cast<int64_t>(i));
+  return axes.empty() ? t : t.sum(axes, true).reshape(shape);
+}
+
+// y = (x - mean) * rsqrt(var + eps) * w + b, mean and the biased variance taken over `axes`; w and b
+// (optional) already broadcast against x. Its gradient is set in closed form, as PyTorch's native norms
+// compute it: with xhat the normalized x, rstd = rsqrt(var + eps), g = dy * w and means over `axes`,
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),   dw = sum(dy * xhat),   db = sum(dy)
+// (dw and db summed over the axes w and b broadcast along). Differentiated op by op, the two-pass
+// statistics gave the backward six reductions over the whole input, each a kernel (batch norm's 8 per
+// layer were 16% of a ResNet step); this has two, and when w is constant along `axes` (batch norm)
+// mean(g) and mean(g * xhat) are db and dw scaled, so dw and db cost none of their own.
+struct Normalized {
+  Tensor y, mean, var;
+};
+Normalized normalize(const Tensor& x, const std::vector<int64_t>& axes, double eps, const std::optional<Tensor>& w,
+                     const std::optional<Tensor>& b) {
+  Tensor mean = x.mean(axes, true), centered = x - mean;
+  Tensor var = (centered * centered).mean(axes, true);
+  Tensor rstd = (var + eps).rsqrt(), xhat = centered * rstd;
+  Tensor y = w ? xhat * *w : xhat;
+  if (b) y = y + *b;
+  if (!grad_enabled() || !is_float(x.dtype())) return {y, mean, var};
+
+  int64_t n = 1;
+  for (int64_t a : axes) n *= x.shape()[static_cast<size_t>(a)];
+  // w's broadcast axes are exactly `axes`: its gradient's reduction is the one dx needs.
+  auto broadcast_along_axes = [&](const Tensor& p) {
+    if (p.ndim() != x.ndim()) return false;
+    for (size_t i = 0; i < x.shape().size(); ++i) {
+      bool along = std::find(axes.begin(), axes.end(), static_cast<int64_t>(i)) != axes.end();
+      if (p.shape()[i] != (along ? 1 : x.shape()[i])) return false;
+    }
+    return true;
+  };
+  bool shared = (!w || broadcast_along_axes(*w)) && (!b || broadcast_along_axes(*b));
+  std::vector<Tensor> inputs{x};
+  if (w) inputs.push_back(*w);
+  if (b) inputs.push_back(*b);
+  std::weak_ptr<const UOp> xhat_node = xhat.uop(), rstd_node = rstd.uop();
+  std::optional<std::weak_ptr<const UOp>> w_node;
+  if (w) w_node = w->uop();
+  Shape xs = x.shape(), rs = rstd.shape(), ws = w ? w->shape() : Shape{}, bs = b ? b->shape() : Shape{};
+  bool has_w = w.has_value(), has_b = b.has_value();
+  detail::set_custom_gradient(y, inputs, [=](const Tensor& dy, const std::vector<bool>& wanted) {
+    UOpPtr xhat_u = xhat_node.lock(), rstd_u = rstd_node.lock(), w_u = w_node ? w_node->lock() : nullptr;
+    if (!xhat_u || !rstd_u || (has_w && !w_u)) throw InternalError("a normalization's custom gradient outlived its graph");
+    Tensor xh(xhat_u, xs), rs_t(rstd_u, rs);
+    std::vector<std::optional<Tensor>> out(wanted.size());
+    size_t wi = 1, bi = has_w ? 2 : 1;
+    if (shared) {
+      Tensor s1 = dy.sum(axes, true), s2 = (dy * xh).sum(axes, true);
+      if (wanted[0]) {
+        Tensor scale = has_w ? Tensor(w_u, ws) * rs_t : rs_t;
+        out[0] = scale * (dy - (s1 + xh * s2) * (1.0 / static_cast<double>(n)));
+      }
+      if (has_w && wanted[wi]) out[wi] = s2.reshape(ws);
+      if (has_b && wanted[bi]) out[bi] = s1.reshape(bs);
+      return out;
+    }
+    if (wanted[0]) {
+      Tensor g = has_w ? dy * Tensor(w_u, ws) : dy;
+      out[0] = rs_t * (g - g.mean(axes, true) - xh * (g * xh).mean(axes, true));
+    }
+    if (has_w && wanted[wi]) out[wi] = sum_to(dy * xh, ws);
+    if (has_b && wanted[bi]) out[bi] = sum_to(dy, bs);
+    return out;
+  });
+  return {y, mean, var};
 }
 
 }  // namespace
@@ -172,25 +250,21 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   int64_t c = running_mean.shape()[0];
   if (x.shape()[1] != c) throw Error(kiln::cat("BatchNorm2d: input ", shape_str(x.shape()), " has ", x.shape()[1], " channels, the layer ", c));
   Shape cs = channel_shape(c, 4);
-  Tensor mean, var;
-  if (training()) {
-    int64_t n = x.numel() / c;
-    if (n <= 1) throw Error(kiln::cat("BatchNorm2d: training needs more than one value per channel, input ", shape_str(x.shape())));
-    mean = x.mean({0, 2, 3}, true);
-    Tensor centered = x - mean;
-    var = (centered * centered).mean({0, 2, 3}, true);  // biased, for normalizing (as PyTorch)
-    NoGradGuard no_grad;  // running statistics are data, updated with the unbiased variance
-    double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
-    running_mean.assign(running_mean * (1 - momentum) + mean.reshape({c}) * momentum);
-    running_var.assign(running_var * (1 - momentum) + var.reshape({c}) * (momentum * unbias));
-    num_batches_tracked.assign(num_batches_tracked + 1.0);
-  } else {
-    mean = running_mean.reshape(cs);
-    var = running_var.reshape(cs);
+  std::optional<Tensor> w, b;
+  if (weight) w = weight->reshape(cs), b = bias->reshape(cs);
+  if (!training()) {
+    Tensor y = (x - running_mean.reshape(cs)) * (running_var.reshape(cs) + eps).rsqrt();
+    return w ? y * *w + *b : y;
   }
-  Tensor y = (x - mean) * (var + eps).rsqrt();
-  if (weight) y = y * weight->reshape(cs) + bias->reshape(cs);
-  return y;
+  int64_t n = x.numel() / c;
+  if (n <= 1) throw Error(kiln::cat("BatchNorm2d: training needs more than one value per channel, input ", shape_str(x.shape())));
+  Normalized norm = normalize(x, {0, 2, 3}, eps, w, b);  // the biased variance, for normalizing (as PyTorch)
+  NoGradGuard no_grad;  // running statistics are data, updated with the unbiased variance
+  double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+  running_mean.assign(running_mean * (1 - momentum) + norm.mean.reshape({c}) * momentum);
+  running_var.assign(running_var * (1 - momentum) + norm.var.reshape({c}) * (momentum * unbias));
+  num_batches_tracked.assign(num_batches_tracked + 1.0);
+  return norm.y;
 }
 
 LayerNorm::LayerNorm(Shape shape, double eps, bool affine) : normalized_shape(shape), eps(eps) {
@@ -206,10 +280,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
     throw Error(kiln::cat("LayerNorm: input ", shape_str(x.shape()), " must end in the normalized shape ", shape_str(normalized_shape)));
   std::vector<int64_t> axes;
   for (int64_t i = x.ndim() - k; i < x.ndim(); ++i) axes.push_back(i);
-  Tensor mean = x.mean(axes, true), centered = x - mean;
-  Tensor y = centered * ((centered * centered).mean(axes, true) + eps).rsqrt();
-  if (weight) y = y * *weight + *bias;
-  return y;
+  return normalize(x, axes, eps, weight, bias).y;
 }
 
 GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine) : num_groups(groups), num_channels(channels), eps(eps) {
@@ -225,8 +296,7 @@ Tensor GroupNorm::forward(const Tensor& x) {
   if (x.ndim() < 2 || x.shape()[1] != num_channels)
     throw Error(kiln::cat("GroupNorm: input ", shape_str(x.shape()), " must be (N, ", num_channels, ", ...)"));
   Tensor g = x.reshape({x.shape()[0], num_groups, -1});
-  Tensor mean = g.mean({2}, true), centered = g - mean;
-  Tensor y = (centered * ((centered * centered).mean({2}, true) + eps).rsqrt()).reshape(x.shape());
+  Tensor y = normalize(g, {2}, eps, std::nullopt, std::nullopt).y.reshape(x.shape());
   if (weight) {
     Shape cs = channel_shape(num_channels, x.ndim());
     y = y * weight->reshape(cs) + bias->reshape(cs);

@@ -344,6 +344,54 @@ TEST_CASE("torch grad: max_pool2d and avg_pool2d", "[torch][grad]") {
   batch.run();
 }
 
+// --- normalization layers ----------------------------------------------------------------------
+
+TEST_CASE("torch grad: BatchNorm2d (training), LayerNorm and GroupNorm, with and without affine parameters", "[torch][grad]") {
+  // kiln gives these layers a closed-form gradient (nn.cpp's normalize); here against libtorch's native
+  // ones, for the input, weight and bias. Each value sums over the normalized group (at most 2 * 5 * 6 =
+  // 60 terms, batch norm) twice, then scales: 2K + 8 = 128 units.
+  Source src(109);
+  Batch batch;
+  for (at::ScalarType dt : kGradDtypes)
+    for (bool affine : {true, false}) {
+      std::string a = affine ? " affine" : "";
+      auto params = [&](std::vector<at::Tensor> in, int64_t c) {
+        if (affine) in.push_back(draw(src, {c}, dt, Domain::Any)), in.push_back(draw(src, {c}, dt, Domain::Any));
+        return in;
+      };
+      at::Tensor x = draw(src, {2, 3, 5, 6}, dt, Domain::Any);
+      check_grad(batch, src, "BatchNorm2d" + a, params({x}, 3),
+                 [&](auto& v) {
+                   nn::BatchNorm2d bn(3, 1e-5, 0.1, affine);
+                   if (affine) bn.weight = v[1], bn.bias = v[2];
+                   bn.running_mean = Tensor::zeros({3}, v[0].dtype()), bn.running_var = Tensor::ones({3}, v[0].dtype());  // as module.double()
+                   return bn(v[0]);
+                 },
+                 [&](auto& v) {
+                   at::Tensor rm = at::zeros({3}, v[0].options()), rv = at::ones({3}, v[0].options());
+                   return at::batch_norm(v[0], affine ? v[1] : at::Tensor(), affine ? v[2] : at::Tensor(), rm, rv, true, 0.1, 1e-5, false);
+                 },
+                 128);
+      at::Tensor seq = draw(src, {2, 4, 6}, dt, Domain::Any);
+      check_grad(batch, src, "LayerNorm" + a, params({seq}, 6),
+                 [&](auto& v) {
+                   nn::LayerNorm ln({6}, 1e-5, affine);
+                   if (affine) ln.weight = v[1], ln.bias = v[2];
+                   return ln(v[0]);
+                 },
+                 [&](auto& v) { return at::layer_norm(v[0], {6}, affine ? v[1] : at::Tensor(), affine ? v[2] : at::Tensor(), 1e-5); }, 128);
+      at::Tensor img = draw(src, {2, 4, 3, 3}, dt, Domain::Any);
+      check_grad(batch, src, "GroupNorm" + a, params({img}, 4),
+                 [&](auto& v) {
+                   nn::GroupNorm gn(2, 4, 1e-5, affine);
+                   if (affine) gn.weight = v[1], gn.bias = v[2];
+                   return gn(v[0]);
+                 },
+                 [&](auto& v) { return at::group_norm(v[0], 2, affine ? v[1] : at::Tensor(), affine ? v[2] : at::Tensor(), 1e-5); }, 128);
+    }
+  batch.run();
+}
+
 // --- losses ----------------------------------------------------------------------------------------
 
 TEST_CASE("torch grad: losses", "[torch][grad]") {
