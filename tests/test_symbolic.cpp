@@ -85,6 +85,11 @@ TEST_CASE("canonical sums", "[symbolic]") {
   check((x / 4) * 4 + x % 4, x);
   check(((z / 8) * 8 + y) + z % 8, z + y);
   check((n / 3) * 6 + (n % 3) * 2, n * 2);  // holds for negative n too (C semantics)
+  // A flattened index: (N, C, H, W) read as (N, C*H*W) splits k into k//(H*W), (k//W)%H and k%W.
+  check((z / 12) * 12 + ((z / 3) % 4) * 3 + z % 3, z);
+  check(((z / 3) % 4) * 6 + (z % 3) * 2, (z % 12) * 2);
+  const UOpPtr w = var("w", -50, 50);
+  check(((w / 3) % 4) * 3 + w % 3, w % 12);  // negative w too
 }
 
 TEST_CASE("division and remainder by constants", "[symbolic]") {

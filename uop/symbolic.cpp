@@ -87,20 +87,31 @@ struct Sum {
   }
 
   // (x//c)*(c*k) + (x%c)*k -> x*k: the C identity x == (x/c)*c + x%c, for any sign of x.
+  // ((x//c)%b)*(c*k) + (x%c)*k -> (x%(c*b))*k for c, b > 0: C's x/c/b == x/(c*b), so both sides are
+  // x - (x/(c*b))*(c*b). A flattened index splits that way (a (N, C, H, W) buffer read as (N, C*H*W):
+  // (k//144)*144 + ((k//12)%12)*12 + k%12 is k), and index_stride must see it is contiguous.
   bool recombine_divmod() {
     for (size_t i = 0; i < terms.size(); ++i) {
       const auto& [d, kd] = terms[i];
-      if (d->op != Op::IDIV || d->src[1]->op != Op::CONST) continue;
-      int64_t c = value(d->src[1]), expect = 0;
+      UOpPtr div = d, whole;  // whole: what the pair recombines into
+      int64_t parts = 0;      // b of the second form
+      if (d->op == Op::MOD && d->src[1]->op == Op::CONST && d->src[0]->op == Op::IDIV && value(d->src[1]) > 0) {
+        div = d->src[0];
+        parts = value(d->src[1]);
+      }
+      if (div->op != Op::IDIV || div->src[1]->op != Op::CONST) continue;
+      int64_t c = value(div->src[1]), expect = 0, modulus = 0;
+      if (parts != 0 && (c <= 0 || __builtin_mul_overflow(c, parts, &modulus))) continue;
+      const UOpPtr& x = div->src[0];
       for (size_t j = 0; j < terms.size(); ++j) {
         const auto& [r, kr] = terms[j];
-        if (r->op != Op::MOD || r->src[0] != d->src[0] || r->src[1] != d->src[1]) continue;
+        if (r->op != Op::MOD || r->src[0] != x || r->src[1] != div->src[1]) continue;
         if (__builtin_mul_overflow(c, kr, &expect) || expect != kd) continue;
-        UOpPtr x = d->src[0];
+        whole = parts == 0 ? x : UOp::make(Op::MOD, d->dtype, {x, const_of(d->dtype, modulus)});
         int64_t k = kr;
         terms.erase(terms.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
         terms.erase(terms.begin() + static_cast<std::ptrdiff_t>(std::min(i, j)));
-        add(x, k);
+        add(whole, k);
         return true;
       }
     }
