@@ -148,6 +148,34 @@ TEST_CASE("the heuristics' opts are listed and reproduce lower_kernel", "[opts]"
   CHECK(l.kernel->opts == opts);
 }
 
+TEST_CASE("a transpose whose vector lanes gather across pages is split over threads along its vector axis", "[opts]") {
+  // (128, 2048) -> (2048, 128): each lane of a 16-wide output vector reads another source row, 8 KiB
+  // apart. Split along the vector axis, each thread walks only its own rows (fewer pages than the TLB
+  // holds); a (32, 64) transpose, rows 256 bytes apart, keeps the outer split.
+  const DeviceSpec& spec = get_device("CPU").spec();
+  for (int64_t cols : {2048, 64}) {
+    CAPTURE(cols);
+    Tensor m = Tensor::rand({128, cols}).realize();
+    Schedule s = Tensor::schedule({m.permute({1, 0}).contiguous()});
+    REQUIRE(s.items.size() == 1);
+    std::vector<Opt> opts = heuristic_opts(s.items[0].ast, spec);
+    INFO(to_string(opts));
+    std::optional<int64_t> vector_axis, thread_axis;
+    for (const Opt& o : opts) {
+      if (o.op == OptOp::UPCAST) vector_axis = o.axis;
+      if (o.op == OptOp::THREAD) thread_axis = o.axis;
+    }
+    REQUIRE(vector_axis);
+    if (spec.threads > 1 && thread_axis) CHECK((*thread_axis == *vector_axis) == (cols == 2048));
+    // run_kernel fills slot 1 (the source) with its own values: the naive transpose of those.
+    auto source = [](int64_t i) { return 0.25f + static_cast<float>((i * 7 + 13) % 29) / 16.0f; };
+    std::vector<float> want(static_cast<size_t>(128 * cols));
+    for (int64_t r = 0; r < 128; ++r)
+      for (int64_t c = 0; c < cols; ++c) want[static_cast<size_t>(c * 128 + r)] = source(r * cols + c);
+    expect_close(run_kernel(s.items[0], "CPU", nullptr), want);
+  }
+}
+
 TEST_CASE("float32 exp, log, sigmoid and gelu are vector ALU code on the CPU devices and match REF", "[opts]") {
   // Their exp2 and log2 become polynomials and bit tricks (lower/transcendental.h), so the heuristics
   // vectorize the loop; a device that keeps the library calls keeps EXP2 and LOG2.
