@@ -696,6 +696,19 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
         remaining[last_reduce] /= 4;
       }
     }
+    // A sum with no tile keeps one accumulator, which the compiler may vectorize along the innermost
+    // reduce loop; when that loop is short (a conv's 24-wide rows in a weight gradient of few output
+    // channels) the vector's horizontal sum closes every few steps. Folding 8 steps of the next reduce
+    // loop into each iteration gives the vector loop 8 times the work per close.
+    int inner_reduce = last_reduce - 1;
+    if (!chained && !is_gpu(spec) && opts.empty() && inner_reduce >= 0 && axes[last_reduce].kind == AxisKind::Reduce &&
+        axes[inner_reduce].kind == AxisKind::Reduce && remaining[last_reduce] < 64 && loads_contiguously(sink, axes[last_reduce].range))
+      for (int64_t amount : {8, 4, 2})
+        if (remaining[inner_reduce] % amount == 0 && remaining[inner_reduce] >= 2 * amount) {
+          opts.push_back({OptOp::UNROLL, inner_reduce, amount});
+          remaining[inner_reduce] /= amount;
+          break;
+        }
   }
   if (is_gpu(spec)) {
     int64_t budget = std::min<int64_t>(spec.max_local, 256);

@@ -1,6 +1,7 @@
 // Opts (lower/opts.h): every single action, and chains of them, on elementwise, reduce, matmul, conv
 // and softmax kernels give the results of the default kernel on REF (the interpreter); opts that do
 // not apply are rejected with a reason.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -174,6 +175,19 @@ TEST_CASE("a transpose whose vector lanes gather across pages is split over thre
       for (int64_t c = 0; c < cols; ++c) want[static_cast<size_t>(c * 128 + r)] = source(r * cols + c);
     expect_close(run_kernel(s.items[0], "CPU", nullptr), want);
   }
+}
+
+TEST_CASE("a sum with no tile over a short innermost loop folds several steps of the next reduce loop", "[opts]") {
+  // A weight or bias gradient of few channels: 6 outputs, each summing (64, 24, 24) values with the
+  // 24-wide rows innermost. The one accumulator's vector loop would close its horizontal sum every 24
+  // values; UNROLL of the 24 rows above it gives it 8 rows per close.
+  Tensor a = Tensor::rand({64, 6, 24, 24}).realize(), b = Tensor::rand({64, 6, 24, 24}).realize();
+  Schedule s = Tensor::schedule({(a * b).sum({0, 2, 3})});
+  REQUIRE(s.items.size() == 1);
+  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device("CPU").spec());
+  INFO(to_string(opts));
+  CHECK(std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UNROLL && o.amount == 8; }) == 1);
+  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
 }
 
 TEST_CASE("float32 exp, log, sigmoid and gelu are vector ALU code on the CPU devices and match REF", "[opts]") {
