@@ -190,6 +190,24 @@ TEST_CASE("a sum with no tile over a short innermost loop folds several steps of
   expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
 }
 
+TEST_CASE("a product summed into a vector with no register rows folds 4 steps per accumulator update", "[opts]") {
+  // A weight gradient of 16 output channels (the vector) and 6 input channels (too few for rows): one
+  // vector accumulator, whose FMAs would each wait for the last; UNROLL 4 of the reduce loop.
+  Tensor dy = Tensor::rand({64, 16}).realize(), x = Tensor::rand({64, 6}).realize();
+  Schedule s = Tensor::schedule({(dy.reshape({64, 16, 1}) * x.reshape({64, 1, 6})).sum({0})});
+  REQUIRE(s.items.size() == 1);
+  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device("CPU").spec());
+  INFO(to_string(opts));
+  CHECK(std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UNROLL && o.amount == 4; }) == 1);
+  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
+  // A column sum (nothing reused along the vector) keeps its plain accumulator.
+  Schedule col = Tensor::schedule({dy.sum({0})});
+  REQUIRE(col.items.size() == 1);
+  std::vector<Opt> col_opts = heuristic_opts(col.items[0].ast, get_device("CPU").spec());
+  INFO(to_string(col_opts));
+  CHECK(std::none_of(col_opts.begin(), col_opts.end(), [](const Opt& o) { return o.op == OptOp::UNROLL; }));
+}
+
 TEST_CASE("float32 exp, log, sigmoid and gelu are vector ALU code on the CPU devices and match REF", "[opts]") {
   // Their exp2 and log2 become polynomials and bit tricks (lower/transcendental.h), so the heuristics
   // vectorize the loop; a device that keeps the library calls keeps EXP2 and LOG2.
