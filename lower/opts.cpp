@@ -580,9 +580,19 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
   if (outputs.empty()) return opts;
   bool reduces = has_reduce(sink);
   std::optional<int> tile_vector;  // a register tile's vector axis
-  std::optional<int> gather_vector;  // an elementwise kernel's vector axis that some load walks strided
+  std::optional<int> gather_vector;  // an elementwise kernel's vector axis whose loads gather across pages
   std::vector<int64_t> remaining(axes.size());
   for (size_t i = 0; i < axes.size(); ++i) remaining[i] = axes[i].range->end()->vmax();
+  // UNROLL of a reduce axis by the first amount that leaves it at least two steps.
+  auto unroll_by_first = [&](int axis, std::initializer_list<int64_t> amounts) {
+    for (int64_t amount : amounts)
+      if (remaining[axis] % amount == 0 && remaining[axis] >= 2 * amount) {
+        opts.push_back({OptOp::UNROLL, axis, amount});
+        remaining[axis] /= amount;
+        return;
+      }
+  };
+  const int last_reduce = static_cast<int>(axes.size()) - 1;
   if (sink->src.size() == 1 && (reduces || !has_transcendental_along(sink, axes[outputs.back()].range))) {
     const UOpPtr& store = sink->src[0];
     auto lanes_for = [&](int axis, bool strict) {
@@ -680,20 +690,13 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     // Folding 4 steps of the innermost reduce loop into each update leaves one dependent add per 4
     // products (a weight gradient of 16 output channels, 6 input channels and 5x5 taps:
     // r_16_6_5_5_64_8_8, where BEAM's unrolls ran 14x faster).
-    int inner = static_cast<int>(axes.size()) - 1;
-    if (vector && reduces && tile_rows == 0 && !is_gpu(spec) && axes[inner].kind == AxisKind::Reduce && reused_along(sink, r))
-      for (int64_t amount : {4, 2})
-        if (remaining[inner] % amount == 0 && remaining[inner] >= 2 * amount) {
-          opts.push_back({OptOp::UNROLL, inner, amount});
-          remaining[inner] /= amount;
-          break;
-        }
+    if (vector && reduces && tile_rows == 0 && !is_gpu(spec) && axes[last_reduce].kind == AxisKind::Reduce && reused_along(sink, r))
+      unroll_by_first(last_reduce, {4, 2});
     // A max (or min) along contiguous rows without a tile is one long dependency chain per row: 4
     // rows at once and 4 values folded per step give the CPU independent work (the max of each row of
     // 4096x4096, 2 cores: 13.2 -> 2.9 ms). Not for sums: the C renderer lets clang reassociate a lone
     // accumulator's additions, which vectorizes the loop better (sum of 16M floats: 2.2 vs 3.7 ms).
     // Not with transcendentals, whose calls dominate.
-    int last_reduce = static_cast<int>(axes.size()) - 1;
     bool chained = false;  // a reduction the compiler cannot reassociate
     for (const UOpPtr& u : toposort(sink))
       chained |= u->op == Op::REDUCE && u->arg_as<Op>() != Op::ADD;
@@ -715,12 +718,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     int inner_reduce = last_reduce - 1;
     if (!chained && !is_gpu(spec) && opts.empty() && inner_reduce >= 0 && axes[last_reduce].kind == AxisKind::Reduce &&
         axes[inner_reduce].kind == AxisKind::Reduce && remaining[last_reduce] < 64 && loads_contiguously(sink, axes[last_reduce].range))
-      for (int64_t amount : {8, 4, 2})
-        if (remaining[inner_reduce] % amount == 0 && remaining[inner_reduce] >= 2 * amount) {
-          opts.push_back({OptOp::UNROLL, inner_reduce, amount});
-          remaining[inner_reduce] /= amount;
-          break;
-        }
+      unroll_by_first(inner_reduce, {8, 4, 2});
   }
   if (is_gpu(spec)) {
     int64_t budget = std::min<int64_t>(spec.max_local, 256);
@@ -728,7 +726,6 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     // so neighbouring work-items read neighbouring elements), leaving fewer for the outputs.
     int64_t outs = 1;
     for (int j : outputs) outs *= axes[j].range->end()->vmax();
-    int last_reduce = static_cast<int>(axes.size()) - 1;
     bool group = reduces && sink->src.size() == 1 && axes[last_reduce].kind == AxisKind::Reduce && outs <= 16384 &&
                  remaining[last_reduce] >= 64;
     const int64_t total = budget;

@@ -93,8 +93,8 @@ struct Sum {
   bool recombine_divmod() {
     for (size_t i = 0; i < terms.size(); ++i) {
       const auto& [d, kd] = terms[i];
-      UOpPtr div = d, whole;  // whole: what the pair recombines into
-      int64_t parts = 0;      // b of the second form
+      UOpPtr div = d;
+      int64_t parts = 0;  // b of the second form
       if (d->op == Op::MOD && d->src[1]->op == Op::CONST && d->src[0]->op == Op::IDIV && value(d->src[1]) > 0) {
         div = d->src[0];
         parts = value(d->src[1]);
@@ -107,7 +107,7 @@ struct Sum {
         const auto& [r, kr] = terms[j];
         if (r->op != Op::MOD || r->src[0] != x || r->src[1] != div->src[1]) continue;
         if (__builtin_mul_overflow(c, kr, &expect) || expect != kd) continue;
-        whole = parts == 0 ? x : UOp::make(Op::MOD, d->dtype, {x, const_of(d->dtype, modulus)});
+        UOpPtr whole = parts == 0 ? x : UOp::make(Op::MOD, d->dtype, {x, const_of(d->dtype, modulus)});  // what the pair recombines into
         int64_t k = kr;
         terms.erase(terms.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
         terms.erase(terms.begin() + static_cast<std::ptrdiff_t>(std::min(i, j)));
