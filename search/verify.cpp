@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 #include "lower/opts.h"
@@ -21,6 +22,35 @@ struct Slot {
   int64_t elements = 0;
   bool written = false;
 };
+
+// The most loop iterations a kernel checked alone may run (each of its two lowerings once): about a
+// minute of the plain lowering's scalar loops. A matmul 2048^3 is 2^33.
+constexpr double kMaxCheckedIterations = 68719476736.0;  // 2^36
+
+// ast with every buffer's indexes moved up so that none can be below 0, whatever the gates say. kiln's
+// own kernels index below 0 only on paper (a padded conv's gated loads), but a stored AST is untrusted:
+// an ungated INDEX of -5 would read before the buffer. A walk, not a rewrite: each original INDEX moves
+// exactly once, and a moved index may equal another original one (a rule would move it again).
+UOpPtr indexes_from_zero(const UOpPtr& ast) {
+  std::map<int64_t, int64_t> lowest;  // slot -> lowest index
+  for (const UOpPtr& u : toposort(ast))
+    if (u->op == Op::INDEX && u->src[0]->op == Op::DEFINE_GLOBAL) {
+      int64_t& low = lowest.try_emplace(u->src[0]->arg_as<int64_t>(), 0).first->second;
+      low = std::min(low, u->src[1]->vmin());
+    }
+  if (std::none_of(lowest.begin(), lowest.end(), [](const auto& kv) { return kv.second < 0; })) return ast;
+  std::unordered_map<const UOp*, UOpPtr> moved;
+  for (const UOpPtr& u : toposort(ast)) {
+    std::vector<UOpPtr> src;
+    for (const UOpPtr& s : u->src) src.push_back(moved.at(s.get()));
+    UOpPtr n = u->with_src(std::move(src));
+    if (n->op == Op::INDEX && n->src[0]->op == Op::DEFINE_GLOBAL)
+      if (int64_t low = lowest.at(n->src[0]->arg_as<int64_t>()); low < 0)
+        n = n->with_src({n->src[0], alu(Op::ADD, {n->src[1], const_int(-low, n->src[1]->dtype)})});
+    moved[u.get()] = n;
+  }
+  return moved.at(ast.get());
+}
 
 std::vector<Slot> slots_of(const UOpPtr& ast) {
   std::map<int64_t, Slot> slots;
@@ -125,7 +155,8 @@ std::vector<std::vector<uint8_t>> run(Device& device, const LoweredKernel& k, co
 
 }  // namespace
 
-OptsCheck verify_opts(const UOpPtr& ast, Device& device, std::span<const Opt> opts, uint64_t seed, size_t max_buffer_bytes) {
+OptsCheck verify_opts(const UOpPtr& original, Device& device, std::span<const Opt> opts, uint64_t seed, size_t max_buffer_bytes) {
+  UOpPtr ast = indexes_from_zero(original);
   Lowering tuned = lower_with_opts(ast, device.spec(), opts);
   if (!tuned.kernel) return {OptsCheck::Outcome::CouldNotApply, tuned.rejected};
   Lowering plain = lower_with_opts(ast, device.spec(), {});
@@ -135,6 +166,12 @@ OptsCheck verify_opts(const UOpPtr& ast, Device& device, std::span<const Opt> op
 
 OptsCheck compare_kernels(const UOpPtr& ast, Device& device, const LoweredKernel& reference,
                           const LoweredKernel& candidate, uint64_t seed, size_t max_buffer_bytes) {
+  double iterations = 1;
+  for (const UOpPtr& u : toposort(ast))
+    if (u->op == Op::RANGE) iterations *= static_cast<double>(u->src[0]->vmax());
+  if (iterations > kMaxCheckedIterations)
+    throw Error(cat("verify_opts: kernel ", reference.name, " runs up to ", iterations, " loop iterations (more than 2^36, ",
+                    "about a minute); such kernels are checked by running the model, not alone"));
   std::vector<Slot> slots = slots_of(ast);
   std::mt19937_64 rng(seed);
   std::vector<std::vector<uint8_t>> inputs;

@@ -7,10 +7,12 @@
 //   OptsCheck e = verify_entry(key, entry);       // a cache entry: its device, if here, and its stored AST
 //
 // Buffers are sized from the AST (the largest index each DEFINE_GLOBAL is read or written at, from the
-// value ranges), every buffer starts with the same random values (floats in [-1, 1], integers in
+// value ranges; a buffer indexed below 0 anywhere, gated or not, has all its indexes moved up first, since
+// a stored AST is untrusted), every buffer starts with the same random values (floats in [-1, 1], integers in
 // [1, 9] so no division by zero, bools 0/1), and each DEFINE_VAR takes its largest value. Outputs
 // compare exactly for integers and bools, within |a - b| <= tol * (1 + |a|) for floats (tol 1e-3,
 // 1e-2 for 16-bit floats: opts may reorder a reduction), with NaN equal to NaN.
+// A kernel of more than 2^36 loop iterations is refused (an Error): checked alone it would run for minutes.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -11,6 +11,7 @@
 #include "frontend/tensor.h"
 #include "helpers.h"
 #include "lower/opts.h"
+#include "uop/serialize.h"
 #include "uop/config.h"
 
 namespace kiln {
@@ -336,6 +337,44 @@ TEST_CASE("opts that do not apply are rejected with a reason", "[opts]") {
   CHECK_THAT(rejected({{OptOp::UPCAST, 0, 16}, {OptOp::UPCAST, 1, 32}}), Catch::Contains("more than 256"));
   if (cpu.threads > 1) CHECK_THAT(rejected({{OptOp::THREAD, 0, 0}, {OptOp::THREAD, 1, 0}}), Catch::Contains("already threaded"));
   CHECK_THAT(rejected({{OptOp::THREAD, 2, 0}}), Catch::Contains(cpu.threads > 1 ? "THREAD takes an output axis" : "runs one thread"));
+}
+
+// A loop that never runs (found by fuzz_kernel_text in a stored kernel; kiln's scheduler makes none) has
+// nothing to split: an UPCAST of it made pieces that interned as the loop itself, and upcast's
+// substitution rewrote it forever. Every opt on it is refused, and the default lowering stores nothing.
+TEST_CASE("opts on a loop of 0 iterations are refused, and the kernel lowers and runs, storing nothing", "[opts]") {
+  std::vector<UOpPtr> prog = parse_program(
+      "kiln-uops 1\n"
+      "0 DEFINE_GLOBAL float32* [] int:0\n"
+      "1 CONST int32 [] const.int:0\n"
+      "2 RANGE int32 [1] int:0\n"
+      "3 INDEX float32* [0,2] -\n"
+      "4 DEFINE_GLOBAL float32* [] int:1\n"
+      "5 INDEX float32* [4,2] -\n"
+      "6 LOAD float32 [5] -\n"
+      "7 STORE void [3,6] -\n"
+      "8 SINK void [7] -\n");
+  const UOpPtr& ast = prog.back();
+  for (const DeviceStatus& d : probe_devices()) {
+    if (!d.available) continue;
+    INFO(d.name);
+    Device& device = get_device(d.name);
+    for (Opt o : std::vector<Opt>{{OptOp::UPCAST, 0, 8}, {OptOp::UPCAST, 0, 0}, {OptOp::PADTO, 0, 16}}) {
+      Lowering l = lower_with_opts(ast, device.spec(), std::vector<Opt>{o});
+      CHECK(!l.kernel);
+      CHECK_THAT(l.rejected, Catch::Contains("the axis runs 0 iterations; there is nothing to split"));
+    }
+    LoweredKernel k = lower_kernel(ast, device.spec());
+    std::unique_ptr<Program> program = device.load(device.compile(k.source, k.name));
+    float out = 7.0f, in = 3.0f;
+    std::vector<RawBuffer> bufs{device.alloc(4), device.alloc(4)};
+    device.copy_in(bufs[0], &out, 4);
+    device.copy_in(bufs[1], &in, 4);
+    program->launch(bufs, {}, k.dims, false);
+    device.copy_out(&out, bufs[0], 4);
+    CHECK(out == 7.0f);
+    for (RawBuffer& b : bufs) device.free(b);
+  }
 }
 
 TEST_CASE("opts print and parse", "[opts]") {

@@ -630,6 +630,32 @@ TEST_CASE("verify_opts: kernels with opts give the plain kernel's outputs; an op
   }
 }
 
+// A stored AST is untrusted: an ungated read at i - 5 would read before its buffer, and a loop of 2^40
+// would keep `kiln cache verify` busy for hours. REF checks every access against its buffer, so the
+// first case throws there unless verify sizes buffers for the indexes below 0.
+TEST_CASE("verify_opts: indexes below 0 stay inside the buffers, and a kernel too long to run alone is refused", "[cache]") {
+  DType ptr = dtypes::float32.ptr();
+  UOpPtr out = UOp::make(Op::DEFINE_GLOBAL, ptr, {}, int64_t{0}), in = UOp::make(Op::DEFINE_GLOBAL, ptr, {}, int64_t{1});
+  UOpPtr i = range(0, const_int(16));
+  UOpPtr x = UOp::make(Op::LOAD, dtypes::float32, {UOp::make(Op::INDEX, ptr, {in, i - 5})});
+  UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, ptr, {out, i}), x * const_of(dtypes::float32, 3.0)});
+  UOpPtr below = UOp::make(Op::SINK, dtypes::void_, {store});
+  REQUIRE(i->op == Op::RANGE);
+  for (const char* name : {"REF", "CPU"}) {
+    Device& device = get_device(name);
+    for (std::vector<Opt> opts : {std::vector<Opt>{}, std::vector<Opt>{Opt{OptOp::UPCAST, 0, 4}}}) {
+      OptsCheck c = verify_opts(below, device, opts);
+      INFO(name << " " << to_string(opts) << ": " << outcome_name(c.outcome) << " " << c.detail);
+      CHECK(c.outcome == OptsCheck::Outcome::Match);
+    }
+  }
+
+  UOpPtr r = range(0, const_int(int64_t{1} << 40, dtypes::int64));
+  UOpPtr total = UOp::make(Op::REDUCE, dtypes::float32, {cast(r, dtypes::float32), r}, Op::ADD);
+  UOpPtr long_sum = UOp::make(Op::SINK, dtypes::void_, {UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, ptr, {out, const_int(0)}), total})});
+  CHECK_THROWS_WITH(verify_opts(long_sum, get_device("CPU"), {}), Catch::Contains("runs up to 1.09951e+12 loop iterations (more than 2^36"));
+}
+
 TEST_CASE("verify_entry re-runs an entry for a device here and skips or fails the others with a reason", "[cache]") {
   const DeviceSpec& spec = get_device("CPU").spec();
   UOpPtr ast = scheduled_ast();
