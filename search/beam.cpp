@@ -20,7 +20,8 @@ namespace kiln {
 std::string SearchOptions::params() const {
   // Only what changes which opts win; limits and the progress callback do not.
   return cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds, " runs=", timing_runs,
-             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6);
+             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6,
+             exhaustive_depth > 0 ? cat(" exhaustive=", exhaustive_depth) : std::string());
 }
 
 namespace {
@@ -29,6 +30,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 constexpr size_t kMaxFailuresKept = 8;
+constexpr int kMaxExhaustiveDepth = 4;
 
 // Watches a search for a stall: the candidates being built, timed or checked, and when the last of them
 // finished. After limit_s with none finished, it calls on_stall once, from its own thread.
@@ -133,6 +135,9 @@ class Engine {
     if (!hooks_.actions || !hooks_.build || !hooks_.time)
       throw Error("search: the hooks need actions, build and time (check too unless options.check is off)");
     if (options_.check && !hooks_.check) throw Error("search: options.check is on but the hooks have no check");
+    if (options_.exhaustive_depth < 0 || options_.exhaustive_depth > kMaxExhaustiveDepth)
+      throw Error(cat("search: exhaustive depth ", options_.exhaustive_depth, ": use 1..", kMaxExhaustiveDepth,
+                      " actions (each more multiplies the candidates by the action space, ~20-60), or 0 for BEAM"));
 
     // Round 0: the default kernel (the baseline every winner must beat and match) and the bare kernel.
     // The default first and alone: timed in a batch, it could be stopped early behind a faster bare
@@ -151,6 +156,7 @@ class Engine {
       result_.wall_s = seconds_since(start_);
       return std::move(result_);
     }
+    if (options_.exhaustive_depth > 0) return exhaustive(std::move(beam));
     std::vector<std::vector<Opt>> starts = hooks_.seeds;
     if (!hooks_.default_opts.empty()) starts.insert(starts.begin(), std::vector<Opt>{});
     for (Timed& t : evaluate(std::move(starts))) beam.push_back(std::move(t));
@@ -171,7 +177,7 @@ class Engine {
       std::erase_if(children, [&](const Timed& t) { return t.seconds > best_seconds() * options_.early_stop; });
       if (children.size() > size_t(options_.beam)) children.resize(size_t(options_.beam));
       beam = std::move(children);
-      if (beam.front().seconds > best_before * (1 - options_.min_improvement)) break;
+      if (beam.empty() || beam.front().seconds > best_before * (1 - options_.min_improvement)) break;
     }
 
     settle(std::move(all));
@@ -180,6 +186,28 @@ class Engine {
   }
 
  private:
+  // Every list of up to exhaustive_depth actions, level by level; `all` holds the default. Only the
+  // fastest few are kept between levels (with their loaded kernels): settle checks no more than those.
+  SearchResult exhaustive(std::vector<Timed> all) {
+    const size_t keep = size_t(options_.max_checks) + 8;
+    std::vector<Timed> level;  // the lists of the last depth, to extend
+    if (hooks_.default_opts.empty()) std::swap(level, all);  // the default is the bare kernel
+    else level = evaluate({{}});
+    for (int depth = 1; depth <= options_.exhaustive_depth && !level.empty(); ++depth) {
+      progress_.round = depth;
+      result_.rounds = depth;
+      std::vector<Timed> next = evaluate(expand(level));
+      all.insert(all.end(), std::make_move_iterator(level.begin()), std::make_move_iterator(level.end()));
+      std::sort(all.begin(), all.end(), faster);
+      if (all.size() > keep) all.resize(keep);
+      level = std::move(next);
+    }
+    all.insert(all.end(), std::make_move_iterator(level.begin()), std::make_move_iterator(level.end()));
+    settle(std::move(all));
+    result_.wall_s = seconds_since(start_);
+    return std::move(result_);
+  }
+
   // Every kept list extended by each single action it allows.
   std::vector<std::vector<Opt>> expand(const std::vector<Timed>& beam) {
     std::vector<std::vector<Opt>> out;

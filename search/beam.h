@@ -56,6 +56,11 @@ struct SearchOptions {
   // No candidate finished building or timing for this long: the search is stalled (a hang in a compiler,
   // a kernel or kiln), and SearchHooks::on_stall reports what was in flight. 0: never.
   double stall_limit_s = 300;
+  // > 0: no beam. Every opt list of up to this many actions is built and timed (the bare kernel extended
+  // one action at a time, each distinct kernel extended again; lists that make a kernel already seen are
+  // timed once and not extended), beside the default: the best any beam could find within that depth,
+  // for judging BEAM (`kiln search --exhaustive`). beam, min_improvement and max_rounds are unused. 1..4.
+  int exhaustive_depth = 0;
 
   // What changes the answer, as text for the tuning-cache key ("beam=4 ...").
   std::string params() const;

@@ -50,7 +50,9 @@ SearchOptions tuning_options(int beam) {
 
 LoweredKernel tuned_kernel(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers, int beam) {
   const DeviceSpec& spec = device.spec();
+  TuningWatch watch = watch_now();
   SearchOptions options = tuning_options(beam);
+  options.exhaustive_depth = watch.exhaustive_depth;
   TunedKernel t;
   t.ast = ast;
   t.buffers.assign(buffers.begin(), buffers.end());
@@ -58,7 +60,6 @@ LoweredKernel tuned_kernel(Device& device, const UOpPtr& ast, std::span<const Ke
   TuningCache cache;
   std::optional<TuningEntry> hit = cache.lookup(t.key);
   report_warnings(cache);
-  TuningWatch watch = watch_now();
 
   if (hit) {
     Lowering l = lower_with_opts(ast, spec, hit->opts);

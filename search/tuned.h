@@ -30,6 +30,9 @@ struct TunedKernel {
 struct TuningWatch {
   std::function<void(const std::string& kernel, const SearchProgress&)> progress;
   std::function<void(const TunedKernel&)> done;
+  // > 0: kernels not in the cache are searched exhaustively to this depth instead of by BEAM
+  // (SearchOptions::exhaustive_depth; `kiln search --exhaustive`), under their own cache keys.
+  int exhaustive_depth = 0;
 };
 void watch_tuning(TuningWatch watch);  // process-wide; an empty watch stops watching
 

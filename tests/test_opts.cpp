@@ -334,6 +334,15 @@ TEST_CASE("opts that do not apply are rejected with a reason", "[opts]") {
   CHECK_THAT(rejected({{OptOp::PADTO, 0, 16}}), Catch::Contains("already a multiple"));
   CHECK_THAT(rejected({{OptOp::UPCAST, 0, 2}, {OptOp::PADTO, 0, 32}}), Catch::Contains("PADTO comes before"));
   CHECK_THAT(rejected({{OptOp::SWAP, 0, 2}}), Catch::Contains("different output axis"));
+  // A body of 16 x 4 rows (not a vector: axis 0 is strided) times 16 unrolled steps is 1024 copies.
+  Tensor big_m = Tensor::rand({64, 64}).realize(), big_n = Tensor::rand({64, 64}).realize();
+  Schedule big = Tensor::schedule({big_m.matmul(big_n)});
+  REQUIRE(big.items.size() == 1);
+  Lowering huge = lower_with_opts(big.items[0].ast, cpu, std::vector<Opt>{{OptOp::UPCAST, 0, 16}, {OptOp::UPCAST, 0, 4}, {OptOp::UNROLL, 2, 16}});
+  CHECK(!huge.kernel);
+  CHECK_THAT(huge.rejected, Catch::Contains("1024 copies of the work (64 outputs in vectors of 1, 16 reduce steps unrolled); at most 512"));
+  // The same rows with vectors of 16 along axis 1 are 64 copies: fine.
+  CHECK(lower_with_opts(big.items[0].ast, cpu, std::vector<Opt>{{OptOp::UPCAST, 1, 16}, {OptOp::UPCAST, 0, 4}, {OptOp::UNROLL, 2, 16}}).kernel);
   CHECK_THAT(rejected({{OptOp::UPCAST, 0, 16}, {OptOp::UPCAST, 1, 32}}), Catch::Contains("more than 256"));
   if (cpu.threads > 1) CHECK_THAT(rejected({{OptOp::THREAD, 0, 0}, {OptOp::THREAD, 1, 0}}), Catch::Contains("already threaded"));
   CHECK_THAT(rejected({{OptOp::THREAD, 2, 0}}), Catch::Contains(cpu.threads > 1 ? "THREAD takes an output axis" : "runs one thread"));

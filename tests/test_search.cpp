@@ -258,6 +258,43 @@ TEST_CASE("search: bad options are errors, not hangs", "[search]") {
   o = options();
   o.timing_runs = 0;
   CHECK_THROWS_WITH(beam_search(w.hooks(), o), Catch::Contains("runs"));
+  o = options();
+  o.exhaustive_depth = 5;
+  CHECK_THROWS_WITH(beam_search(w.hooks(), o), Catch::Contains("exhaustive depth 5: use 1..4"));
+}
+
+// A landscape that misleads a greedy beam: the fastest pair starts from the slowest single action.
+TEST_CASE("search: exhaustive tries every list up to its depth once and finds what a narrow beam misses", "[search]") {
+  auto world = [](FakeWorld& w) {
+    w.times = {{"", 8.0},          {"UPCAST(0,2)", 5.0}, {"UPCAST(0,4)", 6.0}, {"UNROLL(1,4)", 7.0},
+               {"UPCAST(0,2) UPCAST(0,4)", 4.5}, {"UNROLL(1,4) UPCAST(0,4)", 1.0}, {"UPCAST(0,4) UNROLL(1,4)", 1.0}};
+    // Another order of the same opts makes the same kernel: timed once and not extended again.
+    w.same_source = {{"UNROLL(1,4) UPCAST(0,2)", "UPCAST(0,2) UNROLL(1,4)"}};
+  };
+  FakeWorld greedy;
+  world(greedy);
+  SearchResult b = beam_search(greedy.hooks(), options(1));
+  CHECK(b.best_seconds > 1.0);  // UPCAST(0,2) led the beam, and no list through it reaches 1.0
+
+  FakeWorld every;
+  world(every);
+  SearchOptions o = options(1);
+  o.exhaustive_depth = 3;
+  SearchResult r = beam_search(every.hooks(), o);
+  CHECK(r.best_seconds == 1.0);
+  CHECK(to_string(r.opts) == "UNROLL(1,4) UPCAST(0,4)");  // of equal times, the first by the opts' text
+  CHECK(r.rounds == 3);
+  // The bare kernel, 3 singles, 6 ordered pairs, and the third action after each pair but the duplicate.
+  CHECK(r.candidates == 1 + 3 + 6 + 5);
+  CHECK(r.duplicates == 1);
+  CHECK(r.timed == 1 + 3 + 5 + 5);  // the default is the bare kernel here: no list of its own
+  for (const auto& [source, launches] : every.launches) {
+    INFO(source);
+    CHECK(launches >= 1);
+  }
+  CHECK(every.launches.count("UNROLL(1,4) UPCAST(0,2) UPCAST(0,4)") == 0);
+  CHECK(SearchOptions{}.params().find("exhaustive") == std::string::npos);  // BEAM's cache keys stay as they were
+  CHECK(o.params().find("exhaustive=3") != std::string::npos);
 }
 
 

@@ -4,6 +4,8 @@
 //   kiln search conv2d 32 64 32 32 64 3           N C H W K R: a KxCxRxR convolution, stride 1, pad R/2
 //   kiln search train-step mnist --beam 2         every kernel of one kiln train step (forward, backward, AdamW)
 //   kiln search softmax --json                    the same figures as JSON on stdout
+//   kiln search matmul 256 256 256 --exhaustive   every opt list of up to 3 actions (--depth), and BEAM's
+//                                                 winner beside the best of them, timed side by side
 //
 // The workload runs through realize with KILN_BEAM set, so what is searched and cached is exactly what a
 // program realizing the same graph with KILN_BEAM would use. While it searches, a progress line on stderr
@@ -205,6 +207,8 @@ References measure_references(const std::vector<std::string>& args) {
 struct Row {
   TunedKernel tuned;
   double default_s = 0, best_s = 0, flops = 0, bytes = 0;
+  std::optional<double> beam_s;  // --exhaustive: BEAM's winner (cached or searched), timed beside the others
+  std::vector<Opt> beam_opts;
 };
 
 std::string us(double seconds) {
@@ -258,10 +262,10 @@ class ProgressLine {
   Clock::time_point last_;
 };
 
-void print_table(const std::string& title, int beam, const DeviceSpec& spec, const References& refs,
+void print_table(const std::string& title, int beam, int depth, const DeviceSpec& spec, const References& refs,
                  const std::vector<Row>& rows, double workload_flops, double search_wall) {
   std::cout << "kiln search: " << title << " on " << spec.name << " (" << spec.arch << ", " << spec.threads
-            << " threads), beam " << beam << "\n";
+            << " threads), " << (depth > 0 ? cat("every opt list of up to ", depth, " actions") : cat("beam ", beam)) << "\n";
   std::cout << "references measured in this run: " << fixed(refs.fma_gflops, 0) << " GFLOP/s " << refs.fma_note << "; "
             << fixed(refs.triad_gbs, 1) << " GB/s " << refs.triad_note << "\n";
   std::cout << std::left << std::setw(28) << "kernel" << std::right << std::setw(11) << "default us" << std::setw(10)
@@ -321,6 +325,20 @@ void print_table(const std::string& title, int beam, const DeviceSpec& spec, con
               << " s, compiling and loading " << fixed(sum.compile_cpu_s, 1) << " s) + timing " << fixed(sum.timing_s, 1)
               << " s (" << fixed(sum.kernel_s, 2) << " s inside kernels, the rest launching) + output checks "
               << fixed(sum.check_s, 1) << " s\n";
+  bool beside = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.beam_s.has_value(); });
+  if (beside) {
+    std::cout << "BEAM (beam " << beam << ") beside the exhaustive best, timed side by side now:\n"
+              << std::left << std::setw(28) << "kernel" << std::right << std::setw(15) << "exhaustive us" << std::setw(10)
+              << "beam us" << std::setw(18) << "beam/exhaustive" << "  beam opts\n";
+    for (const Row& r : rows)
+      if (r.beam_s) {
+        std::string name = r.tuned.name.size() > 27 ? r.tuned.name.substr(0, 24) + "..." : r.tuned.name;
+        std::cout << std::left << std::setw(28) << name << std::right << std::setw(15) << us(r.best_s) << std::setw(10)
+                  << us(*r.beam_s) << std::setw(18) << fixed(*r.beam_s / r.best_s, 3) << "  "
+                  << (r.beam_opts.empty() ? "(none)" : to_string(r.beam_opts))
+                  << (r.beam_opts == r.tuned.entry.opts ? "  (the same opts)" : "") << "\n";
+      }
+  }
   for (const Row& r : rows)
     if (r.tuned.search)
       for (size_t i = 0; i < r.tuned.search->failures.size() && i < 3; ++i)
@@ -346,6 +364,10 @@ nlohmann::json to_json(const std::string& title, int beam, const DeviceSpec& spe
                         {"best_s", r.best_s}, {"speedup", r.default_s / r.best_s}, {"gflops", gflops}, {"gbs", gbs},
                         {"pct_fma_peak", 100 * gflops / refs.fma_gflops}, {"pct_triad", 100 * gbs / refs.triad_gbs},
                         {"opts", to_string(r.tuned.entry.opts)}};
+    if (r.beam_s) {
+      k["beam_s"] = *r.beam_s;
+      k["beam_opts"] = to_string(r.beam_opts);
+    }
     if (r.tuned.search) {
       const SearchResult& s = *r.tuned.search;
       k["search"] = {{"wall_s", s.wall_s}, {"build_s", s.build_s}, {"timing_s", s.timing_s}, {"kernel_s", s.kernel_s},
@@ -372,6 +394,8 @@ struct SearchCommand {
   int beam = 0;
   bool json = false;
   int runs = 7;
+  bool exhaustive = false;
+  int depth = 3;
 
   void run() {
     int width = beam > 0 ? beam : config().beam > 0 ? config().beam : 4;
@@ -383,12 +407,14 @@ struct SearchCommand {
     References refs = measure_references(workload);
 
     std::vector<TunedKernel> tuned;
+    std::vector<LoweredKernel> beam_kernels;
     ProgressLine line;
     watch_tuning({.progress = [&](const std::string& k, const SearchProgress& p) { line.update(k, p); },
                   .done = [&](const TunedKernel& t) {
                     line.finish(t);
                     tuned.push_back(t);
-                  }});
+                  },
+                  .exhaustive_depth = exhaustive ? depth : 0});
     config().beam = width;
     auto start = Clock::now();
     try {
@@ -400,14 +426,21 @@ struct SearchCommand {
     }
     double search_wall = bench::seconds_since(start);
     watch_tuning({});
+    if (exhaustive) {
+      // BEAM's winner for each kernel, as realize with KILN_BEAM would get it (cache or search).
+      for (const TunedKernel& t : tuned) beam_kernels.push_back(tuned_kernel(device, t.ast, t.buffers, width));
+      search_wall = bench::seconds_since(start);
+    }
     config().beam = old_beam;
     if (tuned.empty())
       throw Error(cat("kiln search: ", w.title, " compiled no new kernel: was it realized before in this process?"));
 
     // Both kernels of each, timed side by side now that no compiler shares the cores.
     std::vector<Row> rows;
-    for (const TunedKernel& t : tuned) {
-      Row r{t};
+    for (size_t i = 0; i < tuned.size(); ++i) {
+      const TunedKernel& t = tuned[i];
+      Row r;
+      r.tuned = t;
       LoweredKernel plain = lower_kernel(t.ast, device.spec());
       Lowering l = lower_with_opts(t.ast, device.spec(), t.entry.opts);
       KILN_ASSERT(l.kernel.has_value(), "the tuned opts lower: ", l.rejected);
@@ -416,13 +449,16 @@ struct SearchCommand {
       // and alternating spreads whatever it does over both. The same kernel is timed once.
       bool same = l.kernel->source == plain.source;
       r.default_s = r.best_s = INFINITY;
+      if (exhaustive) r.beam_s = INFINITY;
       auto start = std::chrono::steady_clock::now();
       for (int done = 0; done < runs || std::chrono::steady_clock::now() - start < std::chrono::seconds(1); done += 3) {
         r.default_s = std::min(r.default_s, time_kernel(device, plain, t.buffers, 3));
         if (!same) r.best_s = std::min(r.best_s, time_kernel(device, *l.kernel, t.buffers, 3));
+        if (exhaustive) r.beam_s = std::min(*r.beam_s, time_kernel(device, beam_kernels[i], t.buffers, 3));
         if (done > 3000) break;  // tiny kernels: enough
       }
       if (same) r.best_s = r.default_s;
+      if (exhaustive) r.beam_opts = beam_kernels[i].opts;
       r.flops = kernel_flops(t.ast);
       for (const KernelBuffer& b : t.buffers) r.bytes += double(b.size) * double(b.dtype.itemsize());
       rows.push_back(std::move(r));
@@ -432,7 +468,7 @@ struct SearchCommand {
       return;
     }
     // GFLOP/s of the workload: its own FLOP count when known (useful work), else the kernels' estimate.
-    print_table(w.title, width, device.spec(), refs, rows, w.flops, search_wall);
+    print_table(w.title, width, exhaustive ? depth : 0, device.spec(), refs, rows, w.flops, search_wall);
   }
 };
 
@@ -445,6 +481,10 @@ std::function<void()> setup_search(CLI::App& command) {
   command.add_option("--beam", cmd->beam, "beam width (default: KILN_BEAM if set, else 4)")->check(CLI::Range(1, 64));
   command.add_option("--runs", cmd->runs, "timed launches per kernel for the table, at least (the minimum is shown; timing goes on for about a second)")->check(CLI::Range(1, 1000));
   command.add_flag("--json", cmd->json, "print the report as JSON on stdout");
+  command.add_flag("--exhaustive", cmd->exhaustive,
+                   "search every opt list of up to --depth actions instead of a beam (cached under their own keys), then "
+                   "time BEAM's winner (--beam; cached or searched now) beside the best of them");
+  command.add_option("--depth", cmd->depth, "actions per opt list for --exhaustive (default 3)")->check(CLI::Range(1, 4));
   command.footer(kSearchHelp);
   return [cmd] { cmd->run(); };
 }
