@@ -3,6 +3,7 @@
 //   kiln bench                  the full run (under 2 minutes here)
 //   kiln bench --quick          fewer runs and a smaller matmul (under 20 s here)
 //   kiln bench --json           the same figures as JSON on stdout
+//   kiln bench train | sweep | compile   training steps beside libtorch | kernel shapes | waiting for compiles
 //   kiln --device CPU bench     on a chosen device
 //
 // Figures are measured, never asserted: the targets are printed beside them as met or MISSED.
@@ -29,5 +30,8 @@ void run_bench(const BenchOptions& options);
 void run_bench_train(const BenchOptions& options);
 // `kiln bench sweep`: matmul layouts and sizes, attention and conv2d shapes against the FMA peak (tools/bench_sweep.cpp).
 void run_bench_sweep(const BenchOptions& options);
+// `kiln bench compile`: the first training step and two searches with empty caches, in-process LLVM beside
+// a clang process per kernel (tools/bench_compile.cpp).
+void run_bench_compile(const BenchOptions& options);
 
 }  // namespace kiln

@@ -95,12 +95,14 @@ Run setup_bench(CLI::App& command) {
   auto suite = std::make_shared<std::string>("kernels");
   command.add_option("suite", *suite,
                      "kernels (default): the workloads below; train: whole training steps beside libtorch; sweep: matmul layouts, "
-                     "attention and conv2d forward/backward shapes against the FMA peak")
-      ->check(CLI::IsMember({"kernels", "train", "sweep"}));
+                     "attention and conv2d forward/backward shapes against the FMA peak; compile: the first training step and "
+                     "two searches with empty caches, in-process LLVM beside a clang process per kernel")
+      ->check(CLI::IsMember({"kernels", "train", "sweep", "compile"}));
   command.footer(kBenchHelp);
   return [options, suite] {
     if (*suite == "train") run_bench_train(*options);
     else if (*suite == "sweep") run_bench_sweep(*options);
+    else if (*suite == "compile") run_bench_compile(*options);
     else run_bench(*options);
   };
 }
