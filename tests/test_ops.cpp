@@ -209,20 +209,57 @@ int64_t worst_ulps(const std::vector<float>& x, const std::vector<float>& got, d
   return worst;
 }
 
-// Arguments for sin, cos and tan: a sweep, the floats next to odd multiples of pi/2 (zeros of cos,
-// poles of tan), and the specials. Up to |x| = 3000 so that 2x stays in the range where every
-// device's sin reduces exactly (SPIR-V's own sin, lower/renderers/spirv_math.h); the rest of the range
-// is checked against libtorch on the CPU (tests/torch/test_math.cpp).
+// The float32 closest to a multiple of pi/2 in each binade from 2^12 (where SPIR-V's sin leaves
+// Cody-Waite for Payne-Hanek, lower/renderers/spirv_math.h) to 2^127, found by an exhaustive search:
+// there x 2/pi is within 2^-19 .. 2^-30 of an integer, so an argument reduction needs that many bits
+// of 2/pi beyond the usual to keep sin's relative accuracy.
+std::vector<float> floats_next_to_multiples_of_half_pi() {
+  return {
+      0x1.17cc5p+12f, 0x1.17cc5p+13f, 0x1.17cc5p+14f, 0x1.9a48dep+15f, 0x1.9a48dep+16f, 0x1.9a48dep+17f, 0x1.04ccbcp+18f,
+      0x1.04ccbcp+19f, 0x1.04ccbcp+20f, 0x1.4ac55cp+21f, 0x1.4ac55cp+22f, 0x1.4ac55cp+23f, 0x1.e768f6p+24f, 0x1.4665d2p+25f,
+      0x1.4665d2p+26f, 0x1.4665d2p+27f, 0x1.08ecc2p+28f, 0x1.27a94ap+29f, 0x1.27a94ap+30f, 0x1.1ffa28p+31f, 0x1.1ffa28p+32f,
+      0x1.ffa4e8p+33f, 0x1.47d0fep+34f, 0x1.47d0fep+35f, 0x1.47d0fep+36f, 0x1.47d0fep+37f, 0x1.47d0fep+38f, 0x1.47d0fep+39f,
+      0x1.628d4cp+40f, 0x1.628d4cp+41f, 0x1.628d4cp+42f, 0x1.628d4cp+43f, 0x1.1cbb44p+44f, 0x1.f0eaeep+45f, 0x1.f0eaeep+46f,
+      0x1.f0eaeep+47f, 0x1.206ap+48f, 0x1.206ap+49f, 0x1.b86d92p+50f, 0x1.dc7ad2p+51f, 0x1.dc7ad2p+52f, 0x1.d37782p+53f,
+      0x1.fc066ap+54f, 0x1.f9c596p+55f, 0x1.f9c596p+56f, 0x1.0f79ap+57f, 0x1.0f79ap+58f, 0x1.0f79ap+59f, 0x1.0f79ap+60f,
+      0x1.0f79ap+61f, 0x1.0f79ap+62f, 0x1.0f79ap+63f, 0x1.c82258p+64f, 0x1.c82258p+65f, 0x1.5619c2p+66f, 0x1.5619c2p+67f,
+      0x1.a7624cp+68f, 0x1.a7624cp+69f, 0x1.d83694p+70f, 0x1.d83694p+71f, 0x1.cc0182p+72f, 0x1.5c0e66p+73f, 0x1.5c0e66p+74f,
+      0x1.5c0e66p+75f, 0x1.13093p+76f, 0x1.13093p+77f, 0x1.13093p+78f, 0x1.13093p+79f, 0x1.13093p+80f, 0x1.13093p+81f,
+      0x1.13093p+82f, 0x1.8dc776p+83f, 0x1.8dc776p+84f, 0x1.32ede2p+85f, 0x1.32ede2p+86f, 0x1.32ede2p+87f, 0x1.32ede2p+88f,
+      0x1.abb4bp+89f, 0x1.abb4bp+90f, 0x1.40c784p+91f, 0x1.0b50eep+92f, 0x1.0b50eep+93f, 0x1.0b50eep+94f, 0x1.f37c8ap+95f,
+      0x1.f37c8ap+96f, 0x1.f37c8ap+97f, 0x1.f37c8ap+98f, 0x1.f37c8ap+99f, 0x1.0b05dep+100f, 0x1.7f4134p+101f, 0x1.7f4134p+102f,
+      0x1.7f4134p+103f, 0x1.cc383p+104f, 0x1.a5bcb2p+105f, 0x1.a5bcb2p+106f, 0x1.df43b8p+107f, 0x1.2928e2p+108f, 0x1.a0f9dp+109f,
+      0x1.484dd6p+110f, 0x1.b08c4ap+111f, 0x1.b08c4ap+112f, 0x1.b08c4ap+113f, 0x1.517106p+114f, 0x1.80fea8p+115f, 0x1.80fea8p+116f,
+      0x1.20befep+117f, 0x1.f99756p+118f, 0x1.2ceb8p+119f, 0x1.2ceb8p+120f, 0x1.2ceb8p+121f, 0x1.074e1p+122f, 0x1.074e1p+123f,
+      0x1.074e1p+124f, 0x1.029a62p+125f, 0x1.7b9b4p+126f, 0x1.7b9b4p+127f,
+  };
+}
+
+// Arguments for sin, cos and tan over the whole float32 range: a fine sweep of small ones, a sweep
+// in even steps of log|x| to the largest float, the floats next to odd multiples of pi/2 (zeros of cos,
+// poles of tan) and the closest to multiples of pi/2 at every magnitude (the hard cases of the
+// argument reduction), and the specials.
 std::vector<float> trig_arguments() {
   std::vector<float> x;
   for (float v = -3000.0f; v <= 3000.0f; v += 1.37f) x.push_back(v);
   for (float v = -7.0f; v <= 7.0f; v += 0.0071f) x.push_back(v);
+  for (double v = 3000.0; v <= std::numeric_limits<float>::max(); v *= 1.0137) {
+    x.push_back(static_cast<float>(v));
+    x.push_back(-static_cast<float>(v));
+  }
   for (int k = -950; k <= 950; k += 19) {
     float near = static_cast<float>((k + 0.5) * std::numbers::pi);
     x.push_back(near);
     x.push_back(std::nextafter(near, 0.0f));
     x.push_back(std::nextafter(near, 1e9f));
   }
+  for (float v : floats_next_to_multiples_of_half_pi())
+    for (float near : {v, std::nextafter(v, 0.0f), std::nextafter(v, INFINITY)}) {
+      x.push_back(near);
+      x.push_back(-near);
+    }
+  for (float v : {1e7f, -1e7f, 12345.0f, 16777216.0f, 1e30f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()})
+    x.push_back(v);
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, 1.5707964f, -1.5707964f, 1.5707963f, 3.1415927f, 4.712389f,
                   std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                   std::numeric_limits<float>::quiet_NaN()})
@@ -231,18 +268,39 @@ std::vector<float> trig_arguments() {
 }
 
 // sin is the device's (correctly rounded or within an ulp or two: OpenCL allows 4); cos and tan add the
-// roundings of a second sine, a product and a division (measured worst: cos 3, tan 4 on PoCL).
-TEST_CASE("sin, cos and tan in float32 are within 3, 4 and 5 ulps, next to the zeros of cos and specials included", "[ops]") {
+// roundings of a second sine, a product and a division (measured worst: sin 1, cos 3, tan 4 on Vulkan;
+// cos 2, tan 4 on PoCL). Where 2x overflows (|x| >= 2^127) cos and tan come from sin(x/2) with an
+// absolute error of a few eps (frontend/tensor_math.cpp): cos within 4 eps, tan within 4 eps (1 + tan^2).
+TEST_CASE("sin, cos and tan in float32 are within 3, 4 and 5 ulps over the whole range, next to multiples of pi/2 and specials included", "[ops]") {
   // cos(x) was sin(pi/2 - x) with the subtraction rounded: ~|x| eps absolute, so cos(2999.9) lost four
-  // digits and tan(1.5707964f) was inf (true -22877332).
+  // digits and tan(1.5707964f) was inf (true -22877332). On Vulkan, sin reduced x by Cody-Waite alone,
+  // exact only below |x| ~ 6e3: cos(1e7) was -3.52.
   std::vector<float> x = trig_arguments();
   Tensor t = Tensor::from_vector(x, {int64_t(x.size())});
   std::vector<Tensor> outs = {t.sin(), t.cos(), t.tan()};
   realize_all(outs);
-  CHECK(worst_ulps(x, outs[0].to_vector<float>(), [](double v) { return std::sin(v); }, "sin", 3) <= 3);
-  CHECK(worst_ulps(x, outs[1].to_vector<float>(), [](double v) { return std::cos(v); }, "cos", 4) <= 4);
-  CHECK(worst_ulps(x, outs[2].to_vector<float>(), [](double v) { return std::tan(v); }, "tan", 5) <= 5);
-  CHECK(std::signbit(outs[2].to_vector<float>()[x.size() - 12]));  // tan(-0) is -0
+  std::vector<float> s = outs[0].to_vector<float>(), c = outs[1].to_vector<float>(), tn = outs[2].to_vector<float>();
+  int64_t worst_sin = worst_ulps(x, s, [](double v) { return std::sin(v); }, "sin", 3);
+  std::vector<float> ordinary, c_ordinary, tn_ordinary;  // |x| < 2^127, and the specials
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(std::fabs(x[i]) >= 0x1p127f) || std::isinf(x[i])) {
+      ordinary.push_back(x[i]);
+      c_ordinary.push_back(c[i]);
+      tn_ordinary.push_back(tn[i]);
+      continue;
+    }
+    double want_c = std::cos(double(x[i])), want_t = std::tan(double(x[i])), eps = std::numeric_limits<float>::epsilon();
+    INFO("x = " << x[i] << ": cos " << c[i] << " want " << want_c << ", tan " << tn[i] << " want " << want_t);
+    CHECK(std::fabs(c[i] - want_c) <= 4 * eps);
+    CHECK(std::fabs(tn[i] - want_t) <= 4 * eps * (1 + want_t * want_t));
+  }
+  int64_t worst_cos = worst_ulps(ordinary, c_ordinary, [](double v) { return std::cos(v); }, "cos", 4);
+  int64_t worst_tan = worst_ulps(ordinary, tn_ordinary, [](double v) { return std::tan(v); }, "tan", 5);
+  INFO("worst ulps: sin " << worst_sin << ", cos " << worst_cos << ", tan " << worst_tan);
+  CHECK(worst_sin <= 3);
+  CHECK(worst_cos <= 4);
+  CHECK(worst_tan <= 5);
+  CHECK(std::signbit(tn[x.size() - 12]));  // tan(-0) is -0
 }
 
 // Every float32 binade from the smallest subnormal to the largest value, a few mantissas each, both
@@ -297,6 +355,76 @@ TEST_CASE("the other float32 transcendentals stay within their ulps over the who
     int64_t worst = worst_ulps(cases[i].x, outs[i].to_vector<float>(), cases[i].want, cases[i].name, cases[i].ulps);
     INFO(cases[i].name << ": worst " << worst << " ulps");
     CHECK(worst <= cases[i].ulps);
+  }
+}
+
+int64_t ulps_apart(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : INT64_MAX;
+  if (a == b) return 0;
+  if (std::isinf(a) || std::isinf(b) || std::signbit(a) != std::signbit(b)) return INT64_MAX;
+  return static_cast<int64_t>(std::max(std::bit_cast<uint64_t>(a), std::bit_cast<uint64_t>(b)) -
+                              std::min(std::bit_cast<uint64_t>(a), std::bit_cast<uint64_t>(b)));
+}
+
+// The float64 sines as the float32 ones, with |x| swept to the largest double.
+TEST_CASE("sin, cos and tan in float64 are within 3, 4 and 5 ulps over the whole range, specials included", "[ops]") {
+  std::vector<double> x = {0.0, -0.0, 1e-310, 1.5707963267948966, 1e7, 1e22, std::numeric_limits<double>::max(),
+                           -std::numeric_limits<double>::max(), std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+  for (double v = 1e-3; v <= std::numeric_limits<double>::max(); v *= 1.0731) {
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  Tensor t = Tensor::from_vector(x, {int64_t(x.size())});
+  std::vector<Tensor> outs = {t.sin(), t.cos(), t.tan()};
+  realize_all(outs);
+  std::vector<double> s = outs[0].to_vector<double>(), c = outs[1].to_vector<double>(), tn = outs[2].to_vector<double>();
+  int64_t worst[3] = {0, 0, 0};
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want[3] = {std::sin(x[i]), std::cos(x[i]), std::tan(x[i])}, got[3] = {s[i], c[i], tn[i]};
+    INFO("x = " << x[i] << ": sin " << s[i] << " want " << want[0] << ", cos " << c[i] << " want " << want[1] << ", tan " << tn[i]
+                << " want " << want[2]);
+    for (int f = 0; f < 3; ++f) {
+      if (f > 0 && std::fabs(x[i]) >= 0x1p1023 && !std::isinf(x[i])) {  // absolute accuracy where 2x overflows (see the float32 case)
+        double eps = std::numeric_limits<double>::epsilon();
+        CHECK(std::fabs(got[f] - want[f]) <= 4 * eps * (f == 2 ? 1 + want[f] * want[f] : 1));
+        continue;
+      }
+      int64_t d = ulps_apart(got[f], want[f]);
+      CHECK(d <= 3 + f);
+      worst[f] = std::max(worst[f], d);
+    }
+  }
+  INFO("worst ulps: sin " << worst[0] << ", cos " << worst[1] << ", tan " << worst[2]);
+  CHECK(worst[0] <= 3);
+  CHECK(worst[1] <= 4);
+  CHECK(worst[2] <= 5);
+}
+
+TEST_CASE("sin, cos and tan in float64 reduce the double closest to a multiple of pi/2 accurately", "[ops]") {
+  // h = 6381956970095103 2^797: h 2/pi is within 2^-61 of an odd integer, so cos h and sin 2h are
+  // ~1e-18 and keep their relative accuracy only with ~120 bits of 2/pi past h's. The values are
+  // exact ones rounded once (mpmath, 3000 bits); glibc's cos h is 8 ulps off, its tan h 14.
+  double h = std::ldexp(6381956970095103.0, 797);
+  struct Case {
+    double x, sin, cos, tan;
+  };
+  const std::vector<Case> cases = {{h, 1.0, -0x1.14ae72e6ba22fp-61, -0x1.d9ba9a7975636p+60},
+                                   {-h, -1.0, -0x1.14ae72e6ba22fp-61, 0x1.d9ba9a7975636p+60},
+                                   {2 * h, -0x1.14ae72e6ba22fp-60, -1.0, 0x1.14ae72e6ba22fp-60}};
+  std::vector<double> x;
+  for (const Case& c : cases) x.push_back(c.x);
+  Tensor t = Tensor::from_vector(x, {int64_t(x.size())});
+  std::vector<Tensor> outs = {t.sin(), t.cos(), t.tan()};
+  realize_all(outs);
+  std::vector<double> s = outs[0].to_vector<double>(), c = outs[1].to_vector<double>(), tn = outs[2].to_vector<double>();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("x = " << cases[i].x << ": sin " << s[i] << " want " << cases[i].sin << ", cos " << c[i] << " want " << cases[i].cos << ", tan "
+                << tn[i] << " want " << cases[i].tan);
+    INFO("ulps: " << ulps_apart(s[i], cases[i].sin) << " " << ulps_apart(c[i], cases[i].cos) << " " << ulps_apart(tn[i], cases[i].tan));
+    CHECK(ulps_apart(s[i], cases[i].sin) <= 3);
+    CHECK(ulps_apart(c[i], cases[i].cos) <= 4);
+    CHECK(ulps_apart(tn[i], cases[i].tan) <= 5);
   }
 }
 

@@ -96,23 +96,176 @@ Id SpirvMath::log2_body(Id x, int width) {
   return select(t, m_.op(SOp::OpIsNan, m_.type_bool(), {x}), x, value);
 }
 
-// sin(x): k = round(x * 2/pi), r = x - k*pi/2 with pi/2 in parts (Cody-Waite: k*part is exact for |k|
-// below 2^12 / 2^21), then sin or cos of r by Taylor series on |r| <= pi/4, picked and signed by k mod
-// 4. inf and NaN give NaN. The parts hold pi/2 to 78 / 149 bits, so that r keeps its relative
-// accuracy next to multiples of pi/2 too, where it is tiny (cos and tan divide by sin 2x there); they
-// are written out because long double holds only 64 bits of pi/2.
+// The bits of 2/pi, 32 to a word, most significant first, after two zero words: bit s of the table
+// (counting from the top of word 0) has the weight 2^-(s - 63). Enough for the float64 range, with the
+// window of reduce_large; made by scripts/two_over_pi.py.
+constexpr uint32_t kTwoOverPiWords[] = {
+    0x00000000u, 0x00000000u, 0xa2f9836eu, 0x4e441529u, 0xfc2757d1u, 0xf534ddc0u, 0xdb629599u,
+    0x3c439041u, 0xfe5163abu, 0xdebbc561u, 0xb7246e3au, 0x424dd2e0u, 0x06492eeau, 0x09d1921cu,
+    0xfe1deb1cu, 0xb129a73eu, 0xe88235f5u, 0x2ebb4484u, 0xe99c7026u, 0xb45f7e41u, 0x3991d639u,
+    0x835339f4u, 0x9c845f8bu, 0xbdf9283bu, 0x1ff897ffu, 0xde05980fu, 0xef2f118bu, 0x5a0a6d1fu,
+    0x6d367ecfu, 0x27cb09b7u, 0x4f463f66u, 0x9e5fea2du, 0x7527bac7u, 0xebe5f17bu, 0x3d0739f7u,
+    0x8a5292eau, 0x6bfb5fb1u, 0x1f8d5d08u, 0x56033046u, 0xfc7b6babu, 0xf0cfbc20u, 0x9af4361du,
+};
+constexpr uint32_t kTableWords = sizeof(kTwoOverPiWords) / sizeof(uint32_t);
+
+std::vector<Id> SpirvMath::mul_words(const std::vector<Id>& a, const std::vector<Id>& b, size_t keep) {
+  Id u32 = u(32), pair = m_.type_struct({u32, u32});
+  std::vector<std::vector<Id>> column(keep);  // the 32-bit addends of each result word
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; i + j < keep && j < b.size(); ++j) {
+      Id product = bin(SOp::OpUMulExtended, pair, a[i], b[j]);
+      column[i + j].push_back(m_.op(SOp::OpCompositeExtract, u32, {product, 0}));
+      if (i + j + 1 < keep) column[i + j + 1].push_back(m_.op(SOp::OpCompositeExtract, u32, {product, 1}));
+    }
+  std::vector<Id> out;
+  Id carry = 0;  // how many carries the column below sent up
+  for (size_t c = 0; c < keep; ++c) {
+    Id sum = carry, next = 0;
+    for (Id addend : column[c]) {
+      if (sum == 0) { sum = addend; continue; }
+      Id added = bin(SOp::OpIAddCarry, pair, sum, addend);
+      sum = m_.op(SOp::OpCompositeExtract, u32, {added, 0});
+      Id carried = m_.op(SOp::OpCompositeExtract, u32, {added, 1});
+      next = next == 0 ? carried : bin(SOp::OpIAdd, u32, next, carried);
+    }
+    out.push_back(sum == 0 ? uc(32, 0) : sum);
+    carry = next;
+  }
+  return out;
+}
+
+// Payne-Hanek: |x| = M 2^E with M the integer significand, so x 2/pi mod 4 needs only the bits of 2/pi
+// from 2^-(E-1) on (those before it give multiples of 4): a window of nw words of them, times M, in
+// 32-bit words, is exact but for the bits after the window (below 2^-71 for float32, 2^-137 for
+// float64). The top two bits of the product are the quadrant, the rest the fraction f, which is rounded
+// to the nearest quadrant (|f| <= 1/2), normalized (next to a multiple of pi/2 it starts with up to 61
+// zeros in float64, fewer in float32) and multiplied by pi/2 in fixed point, 32 or 64 bits. Returns r
+// with |x| = q pi/2 + r, |r| <= pi/4, rounded once; *quadrant = q mod 4 (uint32).
+Id SpirvMath::reduce_large(Id ax, int width, Id* quadrant) {
+  const size_t nw = width == 32 ? 3 : 6, nt = width == 32 ? 1 : 2;  // words of the window, of the result
+  Id u32 = u(32), i32 = s(32);
+  auto shl = [&](Id a, Id by) { return bin(SOp::OpShiftLeftLogical, u32, a, by); };
+  auto shr = [&](Id a, Id by) { return bin(SOp::OpShiftRightLogical, u32, a, by); };
+  auto or_ = [&](Id a, Id c) { return bin(SOp::OpBitwiseOr, u32, a, c); };
+  // (hi << by) | (lo >> (32 - by)) for by in [0, 31], with no shift by 32.
+  auto funnel = [&](Id hi, Id lo, Id by) { return or_(shl(hi, by), shr(shr(lo, uc(32, 1)), bin(SOp::OpISub, u32, uc(32, 31), by))); };
+
+  // The significand, least significant word first, and the biased exponent.
+  std::vector<Id> m;
+  Id biased;
+  if (width == 32) {
+    Id bits = m_.op(SOp::OpBitcast, u32, {ax});
+    m = {or_(bin(SOp::OpBitwiseAnd, u32, bits, uc(32, 0x7fffffu)), uc(32, 0x800000u))};
+    biased = shr(bits, uc(32, 23));
+  } else {
+    Id bits = m_.op(SOp::OpBitcast, u(64), {ax});
+    Id high = m_.op(SOp::OpUConvert, u32, {bin(SOp::OpShiftRightLogical, u(64), bits, uc(32, 32))});
+    m = {m_.op(SOp::OpUConvert, u32, {bits}), or_(bin(SOp::OpBitwiseAnd, u32, high, uc(32, 0xfffffu)), uc(32, 0x100000u))};
+    biased = shr(high, uc(32, 20));
+  }
+  // The window starts at table bit s = (E - 1) + 63, E = biased - bias - mantissa bits. Clamped into the
+  // table, which only matters to lanes that do not take this path.
+  Id start = bin(SOp::OpISub, u32, biased, uc(32, exponent_bias(width) + mantissa_bits(width) - 62));
+  Id word = m_.glsl(GLSLstd450UMin, u32, {shr(start, uc(32, 5)), uc(32, kTableWords - nw - 1)});
+  Id bit = bin(SOp::OpBitwiseAnd, u32, start, uc(32, 31));
+  Id table = two_over_pi_table(), word_ptr = m_.type_pointer(spv::StorageClass::Private, u32);
+  std::vector<Id> loaded;
+  for (size_t k = 0; k <= nw; ++k)
+    loaded.push_back(m_.op(SOp::OpLoad, u32, {m_.op(SOp::OpAccessChain, word_ptr, {table, bin(SOp::OpIAdd, u32, word, uc(32, k))})}));
+  std::vector<Id> window(nw);  // least significant first
+  for (size_t k = 0; k < nw; ++k) window[nw - 1 - k] = funnel(loaded[k], loaded[k + 1], bit);
+
+  // x 2/pi = product 2^(2 - 32 nw): the top two bits are the quadrant, the others f.
+  std::vector<Id> p = mul_words(m, window, nw);
+  std::vector<Id> frac(nw);
+  for (size_t k = 0; k < nw; ++k) frac[k] = k == 0 ? shl(p[0], uc(32, 2)) : funnel(p[k], p[k - 1], uc(32, 2));
+  // f >= 1/2: round up to the next quadrant; |f - 1| is ~f (off by 2^-32nw).
+  Id up = shr(frac[nw - 1], uc(32, 31));
+  *quadrant = bin(SOp::OpBitwiseAnd, u32, bin(SOp::OpIAdd, u32, shr(p[nw - 1], uc(32, 30)), up), uc(32, 3));
+  Id flip = bin(SOp::OpISub, u32, uc(32, 0), up);
+  for (Id& w : frac) w = bin(SOp::OpBitwiseXor, u32, w, flip);
+
+  // Normalize: skip up to two zero words, then shift the leading one to the top.
+  Id zero_word = cmp(SOp::OpIEqual, frac[nw - 1], uc(32, 0)), zero_two = cmp(SOp::OpIEqual, frac[nw - 2], uc(32, 0));
+  auto at = [&](size_t k, size_t skip) { return k >= skip ? frac[k - skip] : uc(32, 0); };
+  std::vector<Id> top;  // nt + 1 words, most significant first
+  for (size_t k = 0; k <= nt; ++k) {
+    size_t index = nw - 1 - k;
+    top.push_back(select(u32, zero_word, select(u32, zero_two, at(index, 2), at(index, 1)), at(index, 0)));
+  }
+  Id msb = m_.op(SOp::OpBitcast, u32, {m_.glsl(GLSLstd450FindUMsb, i32, {top[0]})});
+  Id lead = m_.glsl(GLSLstd450UMin, u32, {bin(SOp::OpISub, u32, uc(32, 31), msb), uc(32, 31)});
+  std::vector<Id> t(nt);  // least significant first
+  for (size_t k = 0; k < nt; ++k) t[nt - 1 - k] = funnel(top[k], top[k + 1], lead);
+  Id zeros = bin(SOp::OpIAdd, u32, lead, select(u32, zero_word, select(u32, zero_two, uc(32, 64), uc(32, 32)), uc(32, 0)));
+
+  // r = 0.t 2^-zeros * pi/2 = t (pi/4 2^(32 nt)) 2^-(64 nt - 1 + zeros); the top nt words of the
+  // product, converted with one rounding.
+  uint64_t quarter_pi = static_cast<uint64_t>(std::ldexp(kHalfPi, 63));  // pi/4 2^64
+  std::vector<Id> c = nt == 1 ? std::vector<Id>{uc(32, (quarter_pi >> 32) + ((quarter_pi >> 31) & 1))}
+                              : std::vector<Id>{uc(32, quarter_pi & 0xffffffffu), uc(32, quarter_pi >> 32)};
+  std::vector<Id> product = mul_words(t, c, 2 * nt);
+  Id tf = f(width);
+  Id value = m_.op(SOp::OpConvertUToF, tf, {product[2 * nt - 1]});
+  if (nt == 2)
+    value = bin(SOp::OpFAdd, tf, bin(SOp::OpFMul, tf, value, fc(width, 0x1p32)), m_.op(SOp::OpConvertUToF, tf, {product[2]}));
+  Id scale = bin(SOp::OpISub, i32, m_.constant(i32, -(32 * static_cast<int>(nt) - 1)), m_.op(SOp::OpBitcast, i32, {zeros}));
+  Id r = bin(SOp::OpFMul, tf, value, pow2i(scale, width));
+  return select(tf, cmp(SOp::OpINotEqual, up, uc(32, 0)), m_.op(SOp::OpFNegate, tf, {r}), r);
+}
+
+Id SpirvMath::two_over_pi_table() {
+  if (two_over_pi_ != 0) return two_over_pi_;
+  Id u32 = u(32);
+  std::vector<Id> words;
+  for (uint32_t w : kTwoOverPiWords) words.push_back(uc(32, w));
+  Id type = m_.type_array(u32, uc(32, kTableWords));
+  two_over_pi_ = m_.global_variable(m_.type_pointer(spv::StorageClass::Private, type), spv::StorageClass::Private,
+                                    m_.constant_composite(type, words));
+  return two_over_pi_;
+}
+
+// sin(x): |x| = q pi/2 + r, then sin or cos of r by Taylor series on |r| <= pi/4, picked and signed by q
+// mod 4 (and x's sign). Small |x| (below 2^12 in float32, 2^21 in float64) reduce by Cody-Waite:
+// k = round(x * 2/pi), r = x - k*pi/2 with pi/2 in parts (k*part is exact for |k| below 2^12 / 2^21).
+// The parts hold pi/2 to 78 / 149 bits, so that r keeps its relative accuracy next to multiples of
+// pi/2 too, where it is tiny (cos and tan divide by sin 2x there); they are written out because long
+// double holds only 64 bits of pi/2. Larger |x| take a branch to reduce_large. inf and NaN give NaN.
+// A GPU skips the branch where no lane needs it; lavapipe runs it under a mask for every lane, so
+// there a sine costs ~1.5x (float32) to ~2.5x (float64) what Cody-Waite alone did, and compiling a
+// kernel with one takes ~40 ms longer.
 constexpr double kHalfPiParts32[] = {0x1.92p+0, 0x1.fb4p-12, 0x1.444p-24, 0x1.68cp-39, 0x1.1a6264p-54};
 constexpr double kHalfPiParts64[] = {0x1.921fb544p+0, 0x1.0b4611a6p-34, 0x1.3198a2ep-69, 0x1.b839a252049c1p-104};
 Id SpirvMath::sin_body(Id x, int width) {
-  Id t = f(width), b = m_.type_bool();
+  Id t = f(width), i32 = s(32);
   std::span<const double> parts = width == 32 ? std::span<const double>(kHalfPiParts32) : std::span<const double>(kHalfPiParts64);
   Id finite = cmp(SOp::OpFOrdLessThan, m_.glsl(GLSLstd450FAbs, t, {x}), fc(width, INFINITY));
   Id xs = select(t, finite, x, fc(width, 0));
   Id k = m_.glsl(GLSLstd450RoundEven, t, {bin(SOp::OpFMul, t, xs, fc(width, static_cast<double>(1.0L / kHalfPi)))});
-  Id r = xs;
-  for (double part : parts) r = bin(SOp::OpFSub, t, r, bin(SOp::OpFMul, t, k, fc(width, part)));
+  Id r_small = xs;
+  for (double part : parts) r_small = bin(SOp::OpFSub, t, r_small, bin(SOp::OpFMul, t, k, fc(width, part)));
   Id quarter = m_.glsl(GLSLstd450Floor, t, {bin(SOp::OpFMul, t, k, fc(width, 0.25))});
-  Id q = m_.op(SOp::OpConvertFToS, s(32), {bin(SOp::OpFSub, t, k, bin(SOp::OpFMul, t, quarter, fc(width, 4)))});
+  Id q_small = m_.op(SOp::OpConvertFToS, i32, {bin(SOp::OpFSub, t, k, bin(SOp::OpFMul, t, quarter, fc(width, 4)))});
+
+  // A structured branch, so that only the lanes (or groups) with a large argument pay for it.
+  Id ax = m_.glsl(GLSLstd450FAbs, t, {xs});
+  Id large = cmp(SOp::OpFOrdGreaterThanEqual, ax, fc(width, width == 32 ? 0x1p12 : 0x1p21));
+  Id small_block = m_.current_block(), large_block = m_.fresh(), merge = m_.fresh();
+  m_.op_void(SOp::OpSelectionMerge, {merge, static_cast<uint32_t>(spv::SelectionControlMask::MaskNone)});
+  m_.op_void(SOp::OpBranchConditional, {large, large_block, merge});
+  m_.label(large_block);
+  Id q_abs = 0;
+  Id r_abs = reduce_large(ax, width, &q_abs);
+  Id negative = cmp(SOp::OpFOrdLessThan, xs, fc(width, 0));  // -|x| = (-q) pi/2 + (-r)
+  Id r_large = select(t, negative, m_.op(SOp::OpFNegate, t, {r_abs}), r_abs);
+  Id q_large = m_.op(SOp::OpBitcast, i32, {select(u(32), negative, bin(SOp::OpISub, u(32), uc(32, 0), q_abs), q_abs)});
+  Id large_end = m_.current_block();
+  m_.op_void(SOp::OpBranch, {merge});
+  m_.label(merge);
+  Id r = m_.op(SOp::OpPhi, t, {r_small, small_block, r_large, large_end});
+  Id q = m_.op(SOp::OpPhi, i32, {q_small, small_block, q_large, large_end});
+
   Id z = bin(SOp::OpFMul, t, r, r);
   std::vector<long double> sin_c, cos_c;
   long double term = 1.0L;
@@ -124,11 +277,10 @@ Id SpirvMath::sin_body(Id x, int width) {
   Id sin_r = bin(SOp::OpFAdd, t, r, bin(SOp::OpFMul, t, bin(SOp::OpFMul, t, r, z), horner(z, {sin_c.begin() + 1, sin_c.end()}, width)));
   Id cos_r = bin(SOp::OpFAdd, t, fc(width, 1), bin(SOp::OpFMul, t, z, horner(z, cos_c, width)));
   auto bit_set = [&](uint32_t mask) {
-    return cmp(SOp::OpINotEqual, bin(SOp::OpBitwiseAnd, s(32), q, m_.constant(s(32), mask)), m_.constant(s(32), 0));
+    return cmp(SOp::OpINotEqual, bin(SOp::OpBitwiseAnd, i32, q, m_.constant(i32, mask)), m_.constant(i32, 0));
   };
   Id value = select(t, bit_set(1), cos_r, sin_r);
   value = select(t, bit_set(2), m_.op(SOp::OpFNegate, t, {value}), value);
-  (void)b;
   return select(t, finite, value, fc(width, NAN));
 }
 

@@ -8,9 +8,10 @@
 // Why not GLSL.std.450: its Exp2/Log2/Sin/Pow take 16- and 32-bit floats only, Vulkan allows them
 // errors far beyond kiln's tests (Sin: 2^-11 absolute), and Pow is undefined for x < 0. These are
 // Cody-Waite reductions and Taylor polynomials with enough terms for 32- or 64-bit results (about
-// 1-2 ulp; sin reduces exactly for |x| below ~6e3 in float32 and ~3e6 in float64, next to multiples of
-// pi/2 included, and loses precision gradually beyond). Each is branch-free and follows C's special
-// cases (NaN, inf, signed zero).
+// 1-2 ulp). sin reduces large arguments (|x| >= 2^12 in float32, 2^21 in float64) by Payne-Hanek in
+// 32-bit integer words, so it keeps that accuracy over the whole range, next to multiples of pi/2
+// included. Each follows C's special cases (NaN, inf, signed zero); all are branch-free but sin,
+// whose large-argument reduction sits behind a structured branch.
 #pragma once
 #include <map>
 #include <utility>
@@ -39,6 +40,8 @@ class SpirvMath {
   Id exp2_body(Id x, int width);
   Id log2_body(Id x, int width);
   Id sin_body(Id x, int width);
+  Id reduce_large(Id ax, int width, Id* quadrant);  // Payne-Hanek, for sin of a large |x|
+  Id two_over_pi_table();                           // the Private array of 2/pi's bits, made once
   Id pow_body(Id x, Id y, int width);
   Id half_to_float_body(Id h);
   Id float_to_half_body(Id x);
@@ -54,9 +57,12 @@ class SpirvMath {
   Id select(Id type, Id c, Id a, Id b) { return m_.op(spv::Op::OpSelect, type, {c, a, b}); }
   Id horner(Id x, const std::vector<long double>& coefficients, int width);  // c0 + x*(c1 + x*(...))
   Id pow2i(Id k, int width);  // 2^k as a float of `width`, for an int32 k in the normal exponent range
+  // The low `keep` words of a * b, numbers held as uint32 words, least significant first.
+  std::vector<Id> mul_words(const std::vector<Id>& a, const std::vector<Id>& b, size_t keep);
 
   SpirvModule& m_;
   std::map<std::pair<int, int>, Id> functions_;  // (key, width) -> function id
+  Id two_over_pi_ = 0;
 };
 
 }  // namespace kiln

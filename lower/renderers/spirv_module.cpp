@@ -87,6 +87,10 @@ SpirvModule::Id SpirvModule::type_block(const std::vector<Id>& members, const st
   return t;
 }
 
+SpirvModule::Id SpirvModule::type_struct(const std::vector<Id>& members) {
+  return declare_type(SOp::OpTypeStruct, members);  // no Offset decorations, so never the key of a Block
+}
+
 SpirvModule::Id SpirvModule::type_pointer(spv::StorageClass storage, Id pointee) {
   return declare_type(SOp::OpTypePointer, {static_cast<uint32_t>(storage), pointee});
 }
@@ -124,9 +128,23 @@ SpirvModule::Id SpirvModule::constant_bool(bool value) {
   return it->second;
 }
 
-SpirvModule::Id SpirvModule::global_variable(Id pointer_type, spv::StorageClass storage) {
+SpirvModule::Id SpirvModule::constant_composite(Id type, const std::vector<Id>& elements) {
+  Words key{type};
+  key.insert(key.end(), elements.begin(), elements.end());
+  auto [it, added] = composites_.emplace(key, 0);
+  if (!added) return it->second;
+  it->second = fresh();
+  Words operands{type, it->second};
+  operands.insert(operands.end(), elements.begin(), elements.end());
+  emit(globals_, SOp::OpConstantComposite, operands);
+  return it->second;
+}
+
+SpirvModule::Id SpirvModule::global_variable(Id pointer_type, spv::StorageClass storage, Id initializer) {
   Id v = fresh();
-  emit(globals_, SOp::OpVariable, {pointer_type, v, static_cast<uint32_t>(storage)});
+  Words operands{pointer_type, v, static_cast<uint32_t>(storage)};
+  if (initializer != 0) operands.push_back(initializer);
+  emit(globals_, SOp::OpVariable, operands);
   interface_.push_back(v);
   return v;
 }

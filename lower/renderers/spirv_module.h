@@ -46,17 +46,19 @@ class SpirvModule {
   Id type_array(Id element, Id length_constant);   // no layout: Workgroup and Function storage
   Id type_runtime_array(Id element, int stride);   // decorated ArrayStride, for storage buffers
   Id type_block(const std::vector<Id>& members, const std::vector<int>& offsets);  // a Block struct
+  Id type_struct(const std::vector<Id>& members);  // a plain struct, e.g. the result of OpUMulExtended
   Id type_pointer(spv::StorageClass storage, Id pointee);
   Id type_function(Id result, const std::vector<Id>& params);
 
   // Constants, each declared once. `bits` holds the value's bits (sign-extended for small signed ints).
   Id constant(Id type, uint64_t bits);
   Id constant_bool(bool value);
+  Id constant_composite(Id type, const std::vector<Id>& elements);  // e.g. an array of constants
   // The bit width and signedness of an integer or float type made here (for constants and conversions).
   int width_of(Id type) const;
 
-  // A global variable; it joins the entry point's interface.
-  Id global_variable(Id pointer_type, spv::StorageClass storage);
+  // A global variable, optionally with an initializer (a constant); it joins the entry point's interface.
+  Id global_variable(Id pointer_type, spv::StorageClass storage, Id initializer = 0);
   // A Function-storage variable of the entry function (declared at the top of its first block).
   Id local_variable(Id pointer_type);
 
@@ -98,7 +100,7 @@ class SpirvModule {
   Words debug_, processed_, annotations_, globals_;  // globals_: types, constants and global variables in order
   std::vector<Id> interface_;
   std::vector<std::pair<uint32_t, Words>> modes_;
-  std::map<Words, Id> types_, constants_;
+  std::map<Words, Id> types_, constants_, composites_;
   std::map<Id, std::pair<int, bool>> scalar_types_;  // width, is_float
   std::vector<Function> stack_;                       // functions being built, innermost last
   std::vector<Words> finished_;                       // finished functions, entry first
