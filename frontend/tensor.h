@@ -144,13 +144,14 @@ class Tensor {
   Tensor cumsum(int64_t axis) const;
   Tensor cumprod(int64_t axis) const;
   Tensor logcumsumexp(int64_t axis) const;
-  // Sorting by comparison counts (frontend/tensor_sort.cpp): O(n^2) work along the axis, so the axis
-  // may have at most kMaxSortLength elements. Ties keep their order (stable); NaN sorts as the largest.
-  // Returns (values, int64 indices).
+  // Sorting (frontend/tensor_sort.cpp): axes of up to kCountSortLength elements by comparison counts
+  // (O(n^2) work, one fused kernel), longer ones by a bitonic network (O(n log^2 n) work, in
+  // log2(P) (log2(P) + 1) / 2 elementwise stages, P the next power of two). Ties keep their order
+  // (stable); NaN sorts as the largest. Returns (values, int64 indices).
   std::pair<Tensor, Tensor> sort(int64_t axis = -1, bool descending = false) const;
   Tensor argsort(int64_t axis = -1, bool descending = false) const;
   std::pair<Tensor, Tensor> topk(int64_t k, int64_t axis = -1, bool largest = true) const;  // sorted
-  static constexpr int64_t kMaxSortLength = 4096;
+  static constexpr int64_t kCountSortLength = 4096;
 
   // --- movement (views: no data moves) -------------------------------------------------------
   Tensor reshape(Shape shape) const;  // one -1 allowed

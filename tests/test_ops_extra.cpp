@@ -3,6 +3,7 @@
 // with values worked out by hand from PyTorch's documented semantics. [ops]: the conformance suite
 // runs these on every device; tests/torch/test_ops_extra.cpp and test_resample.cpp hold them to
 // libtorch on random inputs.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -112,6 +113,30 @@ TEST_CASE("sort, argsort and topk: stable ties, NaN last, values moved bit for b
   Tensor y = vec<double>({2, 5, 1, 4, 3, 6}, {2, 3});
   check_values<double>(y.sort(0, true).first, {4, 5, 6, 2, 3, 1});
   check_values<double>(gradients((y.topk(2, 1).first * vec<double>({1, 2, 3, 4}, {2, 2})).sum(), {y})[0], {2, 1, 0, 4, 0, 3});
+}
+
+TEST_CASE("sort on an axis longer than kCountSortLength: the bitonic network, stable, NaN last", "[ops]") {
+  const int64_t n = Tensor::kCountSortLength + 5;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 13) - 6.0f;  // each value ~315 times
+  v[7] = std::numeric_limits<float>::quiet_NaN();
+  v[9] = -0.0f;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  auto key = [&](int64_t i) { return std::isnan(v[static_cast<size_t>(i)]) ? INFINITY : v[static_cast<size_t>(i)]; };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b) || (key(a) == key(b) && std::isnan(v[static_cast<size_t>(b)]) && !std::isnan(v[static_cast<size_t>(a)])); });
+  Tensor x = vec<float>(v);
+  x.requires_grad_();  // realized below before the gradient is taken: autograd keeps the graph of a leaf's uses
+  auto [values, indices] = x.sort();
+  check_values<int64_t>(indices, order);
+  std::vector<float> got = values.to_vector<float>();
+  CHECK(std::isnan(got.back()));
+  // The gradient of a permutation: element i gets the weight of the position it went to.
+  Tensor w = Tensor::arange(0, static_cast<double>(n), 1, dtypes::float32);
+  std::vector<float> grad = gradients((values * w).sum(), {x})[0].to_vector<float>();
+  std::vector<float> want(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) want[static_cast<size_t>(order[static_cast<size_t>(k)])] = static_cast<float>(k);
+  CHECK(grad == want);
 }
 
 TEST_CASE("einsum over two operands", "[ops]") {

@@ -241,8 +241,62 @@ TEST_CASE("torch: sort, argsort and topk, ties, NaN, inf and -0.0 included", "[t
   batch.run();
   std::vector<float> signs = Tensor::from_vector<float>({0.0f, -0.0f, -1.0f}, {3}).sort().first.to_vector<float>();
   CHECK((signs[0] == -1.0f && !std::signbit(signs[1]) && std::signbit(signs[2])));  // stable: 0.0 before -0.0
-  CHECK_THROWS_WITH(Tensor::ones({2, 5000}).sort(), Catch::Contains("up to 4096"));
   CHECK_THROWS_WITH(Tensor::ones({2, 5}).topk(6), Catch::Contains("topk: k 6 is outside 0..5"));
+}
+
+// Values with many ties (multiples of 0.5 in a narrow range) and the specials at fixed places.
+at::Tensor tied_values(Source& src, std::vector<int64_t> shape, at::ScalarType dt) {
+  at::Tensor x = (src.values(shape, at::kDouble, Values::Finite) * 2).round() / 2;
+  at::Tensor flat = x.view({-1});
+  const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 0.0, NAN, -INFINITY, -0.0};
+  for (int64_t i = 0; i < 8; ++i) flat[(i * 977 + 13) % flat.numel()] = specials[i];
+  return x.to(dt);
+}
+
+TEST_CASE("torch: sort, argsort and topk on axes longer than kCountSortLength (the bitonic network)", "[torch][sort]") {
+  Source src(316);
+  Batch batch;
+  // 5000: a network over 8192 with 3192 padding elements; on axis 0 through a transpose.
+  for (at::ScalarType dt : {at::kFloat, at::kHalf}) {
+    at::Tensor x = tied_values(src, {2, 5000}, dt);
+    for (bool desc : {false, true}) {
+      auto [values, indices] = at::sort(x, /*stable=*/true, 1, desc);
+      auto [kv, ki] = to_kiln(x).sort(1, desc);
+      batch.check(cat("long sort values ", name(dt), desc ? " descending" : ""), kv, values);
+      batch.check(cat("long sort indices ", name(dt), desc ? " descending" : ""), ki, indices);
+    }
+  }
+  at::Tensor t = tied_values(src, {4500, 2}, at::kDouble);
+  batch.check("long argsort axis 0", to_kiln(t).argsort(0, true), std::get<1>(at::sort(t, true, 0, true)));
+  at::Tensor f = src.values({3, 5000}, at::kFloat, Values::Finite);
+  for (bool largest : {true, false}) {
+    auto [tv, ti] = at::topk(f, 7, 1, largest, true);
+    auto [kv, ki] = to_kiln(f).topk(7, 1, largest);
+    batch.check(cat("long topk ", largest ? "largest" : "smallest"), kv, tv);
+    batch.check(cat("long topk picks ", largest ? "largest" : "smallest"), to_kiln(f).gather(1, ki), tv);
+  }
+  // 70000: a network over 131072 (153 stages).
+  at::Tensor big = src.values({1, 70000}, at::kInt);  // +-100: every value about 350 times
+  auto [bv, bi] = at::sort(big, true, 1, false);
+  auto [kbv, kbi] = to_kiln(big).sort(1);
+  batch.check("sort 70000 int values", kbv, bv);
+  batch.check("sort 70000 int indices", kbi, bi);
+  at::Tensor bf = tied_values(src, {70000}, at::kFloat);
+  batch.check("argsort 70000 float descending", to_kiln(bf).argsort(0, true), std::get<1>(at::sort(bf, true, 0, true)));
+  batch.run();
+  // The values move bit for bit: -0.0 keeps its sign, ties in input order (0.0 before -0.0 here).
+  std::vector<float> zeros(5000, 1.0f);
+  zeros[10] = 0.0f;
+  zeros[20] = -0.0f;
+  std::vector<float> sorted = Tensor::from_vector<float>(zeros, {5000}).sort().first.to_vector<float>();
+  CHECK((!std::signbit(sorted[0]) && std::signbit(sorted[1]) && sorted[2] == 1.0f));
+  // Gradients: a permutation, carried back through the network.
+  at::Tensor g = src.values({2, 4500}, at::kDouble, Values::Finite);
+  check_op(batch, src, "long sort grad", {g}, [](auto& v) { return v[0].sort(1, true).first; },
+           [](auto& v) { return std::get<0>(at::sort(v[0], true, 1, true)); }, 0);
+  check_op(batch, src, "long topk grad", {g}, [](auto& v) { return v[0].topk(5, 1, false).first; },
+           [](auto& v) { return std::get<0>(at::topk(v[0], 5, 1, false)); }, 0);
+  batch.run();
 }
 
 TEST_CASE("torch: einsum over two operands", "[torch][einsum]") {
