@@ -206,7 +206,39 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // torch.nn.functional.unfold (im2col): (N, C, H, W) -> (N, C*KH*KW, L), L the number of windows.
 Tensor unfold(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> dilation = {1, 1},
               std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> stride = {1, 1});
-// torch.nn.functional.interpolate on (N, C, H, W) to `size`: mode "nearest" or "bilinear".
+
+// torch.nn.functional.interpolate (frontend/interpolate.cpp) on (N, C, L) or (N, C, H, W):
+//
+//   nn::interpolate(x, nn::InterpolateOptions().size({64, 64}).mode("bilinear"));
+//   nn::interpolate(x, nn::InterpolateOptions().scale_factor({2.0}).mode("nearest-exact"));
+//
+// Give size or scale_factor, each with one value for every spatial axis or one per axis. With
+// scale_factor the output size is floor(in * scale), and source positions use 1/scale, as PyTorch does
+// when recompute_scale_factor is unset (set it to use in/out instead). Modes, as PyTorch 1.13 computes
+// them on the CPU (for NCHW-contiguous tensors):
+//   "nearest"        input floor(i * scale) (PyTorch's legacy rule; any dtype)
+//   "nearest-exact"  input floor((i + 0.5) * scale), the pixel whose center is nearest (any dtype)
+//   "linear" (3-D), "bilinear" (4-D)  the two neighbours, weighted; an axis whose size is kept is copied
+//   "bicubic" (4-D)  cubic convolution with a = -0.75 over 4 neighbours, clamped at the border
+//   "area"           adaptive average pooling (the output size from a scale is always floor(in * scale))
+// align_corners (linear, bilinear, bicubic only) maps the corner pixels' centers onto each other and
+// ignores the scale for source positions. Interpolating modes need a float input; float16 and bfloat16
+// compute in float32. Gradients are autograd's, the adjoint of the forward. libtorch 1.13's backward
+// disagrees with its own forward when a scale_factor is given and an output size is the input's (nearest,
+// bicubic) or twice it (nearest): it assumes a scale of 1 or 2 there; kiln's gradient does not.
+struct InterpolateOptions {  // set with chained calls, as torch's C++ InterpolateFuncOptions
+  InterpolateOptions& size(std::vector<int64_t> v) { size_ = std::move(v); return *this; }
+  InterpolateOptions& scale_factor(std::vector<double> v) { scale_factor_ = std::move(v); return *this; }
+  InterpolateOptions& mode(std::string m) { mode_ = std::move(m); return *this; }
+  InterpolateOptions& align_corners(bool on) { align_corners_ = on; return *this; }
+  InterpolateOptions& recompute_scale_factor(bool on) { recompute_scale_factor_ = on; return *this; }
+  std::vector<int64_t> size_;
+  std::vector<double> scale_factor_;
+  std::string mode_ = "nearest";
+  bool align_corners_ = false, recompute_scale_factor_ = false;
+};
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+// The (N, C, H, W) shorthand for InterpolateOptions().size({size[0], size[1]}).mode(mode).align_corners(align_corners).
 Tensor interpolate(const Tensor& x, std::array<int64_t, 2> size, const std::string& mode = "nearest", bool align_corners = false);
 
 }  // namespace kiln::nn

@@ -144,13 +144,14 @@ class Tensor {
   Tensor cumsum(int64_t axis) const;
   Tensor cumprod(int64_t axis) const;
   Tensor logcumsumexp(int64_t axis) const;
-  // Sorting by comparison counts (frontend/tensor_sort.cpp): O(n^2) work along the axis, so the axis
-  // may have at most kMaxSortLength elements. Ties keep their order (stable); NaN sorts as the largest.
-  // Returns (values, int64 indices).
+  // Sorting (frontend/tensor_sort.cpp): axes of up to kCountSortLength elements by comparison counts
+  // (O(n^2) work, one fused kernel), longer ones by a bitonic network (O(n log^2 n) work, in
+  // log2(P) (log2(P) + 1) / 2 elementwise stages, P the next power of two). Ties keep their order
+  // (stable); NaN sorts as the largest. Returns (values, int64 indices).
   std::pair<Tensor, Tensor> sort(int64_t axis = -1, bool descending = false) const;
   Tensor argsort(int64_t axis = -1, bool descending = false) const;
   std::pair<Tensor, Tensor> topk(int64_t k, int64_t axis = -1, bool largest = true) const;  // sorted
-  static constexpr int64_t kMaxSortLength = 4096;
+  static constexpr int64_t kCountSortLength = 4096;
 
   // --- movement (views: no data moves) -------------------------------------------------------
   Tensor reshape(Shape shape) const;  // one -1 allowed
@@ -189,14 +190,19 @@ class Tensor {
                 std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1) const;
   Tensor max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
                     std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, bool ceil_mode = false) const;
+  // divisor_override (non-zero) replaces every window's divisor, as in PyTorch.
   Tensor avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
-                    std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true) const;
+                    std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true,
+                    std::optional<int64_t> divisor_override = std::nullopt) const;
   // torch.nn.functional.conv_transpose2d: weight (C, K/groups, R, S); the gradient of conv2d.
   Tensor conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
                           std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> output_padding = {0, 0}, int64_t groups = 1,
                           std::array<int64_t, 2> dilation = {1, 1}) const;
   // (..., H, W) -> (..., OH, OW, KH, KW): the sliding windows, as a view.
   Tensor windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation) const;
+  // torch.Tensor.unfold: the windows of `size` elements every `step` along `axis`, as a view: that axis
+  // becomes the window count, (n - size) / step + 1, and a last axis of `size` is appended.
+  Tensor unfold(int64_t axis, int64_t size, int64_t step) const;
   Tensor to(const std::string& device) const;
 
   // --- autograd (frontend/autograd.cpp) --------------------------------------------------------

@@ -87,6 +87,27 @@ Tensor Tensor::windows(std::array<int64_t, 2> kernel, std::array<int64_t, 2> str
   return window_axis(t, ndim() - 1, kernel[1], stride[1], dilation[1]);          // (..., OH, OW, KH, KW)
 }
 
+Tensor Tensor::unfold(int64_t axis, int64_t size, int64_t step) const {
+  if (ndim() == 0) {  // torch: a 0-d tensor has one element along its only axis, and no window axis
+    detail::normalize_axis(axis, 0, "unfold");
+    if (size > 1 || size < 0 || step <= 0)
+      throw Error(kiln::cat("unfold: a 0-d tensor takes a window of size 0 or 1 and a positive step, got size ", size, ", step ", step));
+    return reshape({1}).shrink({{0, size}});
+  }
+  int64_t a = detail::normalize_axis(axis, ndim(), "unfold");
+  int64_t n = shape()[static_cast<size_t>(a)];
+  if (size < 0 || size > n || step <= 0)
+    throw Error(kiln::cat("unfold: a window of size ", size, " every ", step, " along axis ", a, " of ", shape_str(shape()),
+                          " needs 0 <= size <= ", n, " and step > 0"));
+  if (size > 0) return window_axis(*this, a, size, step, 1);
+  // Empty windows, one per step over all n + 1 positions: no element is read, but the result stays on
+  // this tensor's gradient path (pad with a negative amount crops).
+  Pairs amounts(static_cast<size_t>(ndim()) + 1, {0, 0});
+  amounts[static_cast<size_t>(a)] = {0, n / step + 1 - n};
+  amounts.back() = {0, -1};
+  return unsqueeze(-1).pad(amounts);
+}
+
 namespace {
 
 // Pads (amount > 0) or crops (amount < 0) each end of each axis.
@@ -265,10 +286,14 @@ Tensor Tensor::max_pool2d(std::array<int64_t, 2> kernel, std::optional<std::arra
 }
 
 Tensor Tensor::avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding,
-                          bool ceil_mode, bool count_include_pad) const {
+                          bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) const {
+  if (divisor_override == 0)
+    throw Error("avg_pool2d: divisor_override is 0; pass a non-zero divisor, or std::nullopt to divide by each window's count");
   std::array<int64_t, 2> st = stride.value_or(kernel);
   Pooled p = pool_padding(shape(), kernel, st, padding, {1, 1}, ceil_mode, "avg_pool2d");
   Tensor sums = cast(to_floating(dtype())).pad(p.pad).windows(kernel, st, {1, 1}).sum({-2, -1});
+  DType out_dtype = is_float(dtype()) ? dtype() : to_floating(dtype());
+  if (divisor_override) return (sums / static_cast<double>(*divisor_override)).cast(out_dtype);
   // Each window's divisor, as PyTorch counts it: the input positions it covers, plus the padding ones
   // with count_include_pad; never ceil_mode's overhang. Counted by pooling a map of ones.
   int64_t h = shape()[shape().size() - 2], w = shape().back();
@@ -277,7 +302,7 @@ Tensor Tensor::avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::arra
   Pairs rest = {p.pad[p.pad.size() - 2], p.pad.back()};
   if (count_include_pad) rest = {{0, rest[0].second - padding[0]}, {0, rest[1].second - padding[1]}};
   Tensor count = map.pad(rest).windows(kernel, st, {1, 1}).sum({-2, -1});
-  return (sums / count).cast(is_float(dtype()) ? dtype() : to_floating(dtype()));
+  return (sums / count).cast(out_dtype);
 }
 
 Tensor Tensor::conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias, std::array<int64_t, 2> stride,

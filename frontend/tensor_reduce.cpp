@@ -71,6 +71,12 @@ Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const { return 
 
 Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
   Tensor x = cast(to_floating(dtype()));
+  std::vector<int64_t> ax = normalize_axes(axes, "logsumexp");
+  int64_t reduced = 1;
+  for (int64_t a : ax) reduced *= shape()[static_cast<size_t>(a)];
+  // The log of an empty sum is -inf, as in PyTorch. There is no max to shift by; the empty sum keeps
+  // the result on x's gradient path (its gradient is x's, empty).
+  if (reduced == 0) return x.sum(ax, keepdim) + -std::numeric_limits<double>::infinity();
   Tensor m = x.max(axes, true);
   // Shift by the max unless it is infinite (all -inf, or a +inf present): then shift by 0.
   Tensor inf = m.full_like(std::numeric_limits<double>::infinity());
@@ -78,7 +84,6 @@ Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
   Tensor out = (x - shift).exp().sum(axes, true).log() + shift;
   if (keepdim) return out;
   Shape kept;
-  std::vector<int64_t> ax = normalize_axes(axes, "logsumexp");
   for (size_t i = 0; i < shape().size(); ++i)
     if (std::find(ax.begin(), ax.end(), static_cast<int64_t>(i)) == ax.end()) kept.push_back(shape()[i]);
   return out.reshape(kept);
@@ -124,8 +129,6 @@ Tensor Tensor::cumprod(int64_t axis) const {
 }
 Tensor Tensor::logcumsumexp(int64_t axis) const {
   if (!is_float(dtype())) throw Error(kiln::cat("logcumsumexp: needs a float tensor, got ", dtype().name()));
-  normalize_axis(axis, ndim(), "logcumsumexp");
-  if (numel() == 0) return *this;  // nothing to accumulate (logsumexp of an empty axis has no max to shift by)
   return cumulative(*this, axis, -INFINITY, [](const Tensor& x) { return x.logsumexp({-1}); }, "logcumsumexp");
 }
 

@@ -1,7 +1,9 @@
 // The ops added for PyTorch users (division with rounding, shifts by tensors, indexing, sorting,
 // einsum, cumulative ops, pooling options, conv_transpose2d, unfold, interpolate), on small inputs
 // with values worked out by hand from PyTorch's documented semantics. [ops]: the conformance suite
-// runs these on every device; tests/torch/test_ops_extra.cpp holds them to libtorch on random inputs.
+// runs these on every device; tests/torch/test_ops_extra.cpp and test_resample.cpp hold them to
+// libtorch on random inputs.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -113,6 +115,30 @@ TEST_CASE("sort, argsort and topk: stable ties, NaN last, values moved bit for b
   check_values<double>(gradients((y.topk(2, 1).first * vec<double>({1, 2, 3, 4}, {2, 2})).sum(), {y})[0], {2, 1, 0, 4, 0, 3});
 }
 
+TEST_CASE("sort on an axis longer than kCountSortLength: the bitonic network, stable, NaN last", "[ops]") {
+  const int64_t n = Tensor::kCountSortLength + 5;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 13) - 6.0f;  // each value ~315 times
+  v[7] = std::numeric_limits<float>::quiet_NaN();
+  v[9] = -0.0f;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  auto key = [&](int64_t i) { return std::isnan(v[static_cast<size_t>(i)]) ? INFINITY : v[static_cast<size_t>(i)]; };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b) || (key(a) == key(b) && std::isnan(v[static_cast<size_t>(b)]) && !std::isnan(v[static_cast<size_t>(a)])); });
+  Tensor x = vec<float>(v);
+  x.requires_grad_();  // realized below before the gradient is taken: autograd keeps the graph of a leaf's uses
+  auto [values, indices] = x.sort();
+  check_values<int64_t>(indices, order);
+  std::vector<float> got = values.to_vector<float>();
+  CHECK(std::isnan(got.back()));
+  // The gradient of a permutation: element i gets the weight of the position it went to.
+  Tensor w = Tensor::arange(0, static_cast<double>(n), 1, dtypes::float32);
+  std::vector<float> grad = gradients((values * w).sum(), {x})[0].to_vector<float>();
+  std::vector<float> want(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) want[static_cast<size_t>(order[static_cast<size_t>(k)])] = static_cast<float>(k);
+  CHECK(grad == want);
+}
+
 TEST_CASE("einsum over two operands", "[ops]") {
   Tensor a = vec<float>({1, 2, 3, 4, 5, 6}, {2, 3}), b = vec<float>({1, 0, -1, 2, 1, 1}, {3, 2});
   check_values<float>(einsum("ij,jk->ik", a, b), {2, 7, 5, 16});
@@ -161,6 +187,48 @@ TEST_CASE("unfold, interpolate and pad with negative amounts", "[ops]") {
   check_values<float>(nn::interpolate(x, {3, 3}, "bilinear", true).reshape({9}), {0, 1, 2, 1.5f, 2.5f, 3.5f, 3, 4, 5});
   check_values<float>(nn::interpolate(x, {1, 3}, "bilinear").reshape({3}), {1.5f, 2.5f, 3.5f});
   check_values<float>(x.reshape({2, 3}).pad({{0, 0}, {-1, 1}}, 9), {1, 2, 9, 4, 5, 9});
+}
+
+TEST_CASE("interpolate: nearest-exact, scale factors, linear, bicubic and area", "[ops]") {
+  using O = nn::InterpolateOptions;
+  Tensor l = Tensor::arange(0, 4, 1, dtypes::float32).reshape({1, 1, 4});
+  check_values<float>(nn::interpolate(l, O().size({2})), {0, 2});                            // floor(i * 2)
+  check_values<float>(nn::interpolate(l, O().size({2}).mode("nearest-exact")), {1, 3});      // floor((i + 0.5) * 2)
+  // scale 2.1 on 5: 10 outputs read at floor(i / 2.1); recompute_scale_factor reads at floor(i / 2).
+  Tensor five = Tensor::arange(0, 5, 1, dtypes::float32).reshape({1, 1, 5});
+  check_values<float>(nn::interpolate(five, O().scale_factor({2.1})), {0, 0, 0, 1, 1, 2, 2, 3, 3, 4});
+  check_values<float>(nn::interpolate(five, O().scale_factor({2.1}).recompute_scale_factor(true)), {0, 0, 1, 1, 2, 2, 3, 3, 4, 4});
+  check_values<float>(nn::interpolate(five, O().size({3}).mode("area")), {0.5f, 2, 3.5f});  // windows [0,2), [1,4), [3,5)
+  Tensor v = Tensor::from_vector<float>({0, 1, 4}, {1, 1, 3});
+  check_values<float>(nn::interpolate(v, O().size({5}).mode("linear").align_corners(true)), {0, 0.5f, 1, 2.5f, 4});
+  // bicubic with a = -0.75 at positions 0, 0.5, ..., 3 of (0, 1, 0, 0): weights 0.59375 (|d| = 0.5) and
+  // -0.09375 (|d| = 1.5); the border taps clamp.
+  Tensor bump = Tensor::from_vector<float>({0, 1, 0, 0}, {1, 1, 1, 4});
+  check_values<float>(nn::interpolate(bump, O().size({1, 7}).mode("bicubic").align_corners(true)), {0, 0.59375f, 1, 0.59375f, 0, -0.09375f, 0});
+  // Gradients: area spreads each output's gradient evenly over its window.
+  Tensor g = Tensor::ones({1, 1, 5});
+  check_values<float>(gradients((nn::interpolate(g, O().size({3}).mode("area")) * vec<float>({2, 3, 6}, {1, 1, 3})).sum(), {g})[0], {1, 2, 1, 4, 3});
+  CHECK_THROWS_AS(nn::interpolate(l, O().size({3}).mode("bicubic")), Error);
+}
+
+TEST_CASE("Tensor::unfold, avg_pool2d's divisor_override and logsumexp over an empty axis", "[ops]") {
+  Tensor x = Tensor::arange(0, 7, 1, dtypes::float32);
+  check_values<float>(x.unfold(0, 3, 2), {0, 1, 2, 2, 3, 4, 4, 5, 6});
+  CHECK(x.unfold(0, 3, 2).shape() == Shape{3, 3});
+  check_values<float>(x.reshape({1, 7}).unfold(1, 2, 3), {0, 1, 3, 4});
+  check_values<float>(gradients(x.unfold(0, 3, 2).sum(), {x})[0], {1, 1, 2, 1, 2, 1, 1});
+  CHECK(x.unfold(0, 0, 2).shape() == Shape{4, 0});
+  CHECK(Tensor::full({}, 3.0).unfold(0, 1, 1).shape() == Shape{1});
+  CHECK_THROWS_AS(x.unfold(0, 8, 1), Error);
+  Tensor p = Tensor::arange(0, 16, 1, dtypes::float32).reshape({1, 1, 4, 4});
+  check_values<float>(p.avg_pool2d({2, 2}, std::nullopt, {0, 0}, false, true, 3), {10.0f / 3, 6, 14, 50.0f / 3});
+  CHECK_THROWS_AS(p.avg_pool2d({2, 2}, std::nullopt, {0, 0}, false, true, 0), Error);
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor empty = Tensor::zeros({2, 0});
+  check_values<float>(empty.logsumexp({1}), {-inf, -inf});
+  CHECK(empty.logsumexp({1}, true).shape() == Shape{2, 1});
+  CHECK(empty.logsumexp({0}).shape() == Shape{0});
+  CHECK(gradients(empty.logsumexp({1}).sum(), {empty})[0].shape() == Shape{2, 0});
 }
 
 TEST_CASE("the new ops on size-0 axes", "[ops]") {

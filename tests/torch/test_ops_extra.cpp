@@ -1,64 +1,15 @@
 // kiln against libtorch for the ops added after the first oracle suites: division with rounding,
 // shifts by tensors, indexing (index_select, scatter, masked_fill, one_hot, triu/tril), sorting,
-// einsum, pooling options, conv_transpose2d, unfold, interpolate, cumulative ops and loss options.
+// einsum, pooling options, conv_transpose2d, cumulative ops and loss options (windows and resampling:
+// test_resample.cpp).
 // Forward values and the gradients of sum(f(x) * w) for a random w, in float32 and float64.
-#include <torch/csrc/autograd/autograd.h>
-
+#include "check_op.h"
 #include "frontend/nn.h"
-#include "oracle.h"
 
 CATCH_TRANSLATE_EXCEPTION(const c10::Error& e) { return e.what_without_backtrace(); }
 
 namespace kiln::oracle {
 namespace {
-
-using KFn = std::function<Tensor(const std::vector<Tensor>&)>;
-using TFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
-const std::vector<at::ScalarType> kFloats = {at::kFloat, at::kDouble};
-
-// n units of rounding (eps of dt), relative to each value and to the largest |expected|.
-Tol normwise(const at::Tensor& expected, double n, at::ScalarType dt) {
-  double e = n * eps(dt);
-  double scale = expected.numel() ? expected.abs().max().item<double>() : 0.0;
-  return {e, e * scale};
-}
-
-// f's values, then the gradients of sum(f(xs) * w) for every float input, against libtorch's.
-// `n`: the tolerance in units of rounding (normwise); 0 means values exact.
-void check_op(Batch& batch, Source& src, const std::string& what, const std::vector<at::Tensor>& xs, const KFn& k, const TFn& t, double n,
-              bool grad = true) {
-  std::vector<at::Tensor> leaves;
-  std::vector<Tensor> kleaves;
-  for (const at::Tensor& x : xs) {
-    bool differentiable = grad && at::isFloatingType(x.scalar_type());
-    leaves.push_back(differentiable ? x.detach().clone().requires_grad_(true) : x);
-    kleaves.push_back(to_kiln(x));
-  }
-  at::Tensor out = t(leaves);
-  Tensor kout = k(kleaves);
-  at::ScalarType dt = out.scalar_type();
-  batch.check(what + " (values)", kout, out.detach(), n == 0 ? Tol{} : normwise(out.detach(), n, dt));
-  if (!grad || !at::isFloatingType(dt)) return;
-  at::Tensor w = src.values(out.sizes().vec(), dt, Values::Finite);
-  std::vector<at::Tensor> wanted;
-  std::vector<Tensor> kwanted;
-  for (size_t i = 0; i < xs.size(); ++i)
-    if (leaves[i].requires_grad()) {
-      wanted.push_back(leaves[i]);
-      kwanted.push_back(kleaves[i]);
-    }
-  std::vector<at::Tensor> expected = torch::autograd::grad({(out * w).sum()}, wanted, {}, false, false, true);
-  std::vector<Tensor> actual = gradients((kout * to_kiln(w)).sum(), kwanted);
-  for (size_t i = 0; i < wanted.size(); ++i) {
-    at::Tensor e = expected[i].defined() ? expected[i] : at::zeros_like(wanted[i]);
-    batch.check(cat(what, ": d/d input ", i), actual[i], e, normwise(e, std::max(n, 8.0), dt));
-  }
-}
-
-at::Tensor from(std::vector<double> v, at::ScalarType dt, std::vector<int64_t> shape = {}) {
-  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
-  return at::tensor(v, at::TensorOptions().dtype(at::kDouble)).reshape(shape).to(dt);
-}
 
 // --- division ----------------------------------------------------------------------------------
 
@@ -290,8 +241,62 @@ TEST_CASE("torch: sort, argsort and topk, ties, NaN, inf and -0.0 included", "[t
   batch.run();
   std::vector<float> signs = Tensor::from_vector<float>({0.0f, -0.0f, -1.0f}, {3}).sort().first.to_vector<float>();
   CHECK((signs[0] == -1.0f && !std::signbit(signs[1]) && std::signbit(signs[2])));  // stable: 0.0 before -0.0
-  CHECK_THROWS_WITH(Tensor::ones({2, 5000}).sort(), Catch::Contains("up to 4096"));
   CHECK_THROWS_WITH(Tensor::ones({2, 5}).topk(6), Catch::Contains("topk: k 6 is outside 0..5"));
+}
+
+// Values with many ties (multiples of 0.5 in a narrow range) and the specials at fixed places.
+at::Tensor tied_values(Source& src, std::vector<int64_t> shape, at::ScalarType dt) {
+  at::Tensor x = (src.values(shape, at::kDouble, Values::Finite) * 2).round() / 2;
+  at::Tensor flat = x.view({-1});
+  const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 0.0, NAN, -INFINITY, -0.0};
+  for (int64_t i = 0; i < 8; ++i) flat[(i * 977 + 13) % flat.numel()] = specials[i];
+  return x.to(dt);
+}
+
+TEST_CASE("torch: sort, argsort and topk on axes longer than kCountSortLength (the bitonic network)", "[torch][sort]") {
+  Source src(316);
+  Batch batch;
+  // 5000: a network over 8192 with 3192 padding elements; on axis 0 through a transpose.
+  for (at::ScalarType dt : {at::kFloat, at::kHalf}) {
+    at::Tensor x = tied_values(src, {2, 5000}, dt);
+    for (bool desc : {false, true}) {
+      auto [values, indices] = at::sort(x, /*stable=*/true, 1, desc);
+      auto [kv, ki] = to_kiln(x).sort(1, desc);
+      batch.check(cat("long sort values ", name(dt), desc ? " descending" : ""), kv, values);
+      batch.check(cat("long sort indices ", name(dt), desc ? " descending" : ""), ki, indices);
+    }
+  }
+  at::Tensor t = tied_values(src, {4500, 2}, at::kDouble);
+  batch.check("long argsort axis 0", to_kiln(t).argsort(0, true), std::get<1>(at::sort(t, true, 0, true)));
+  at::Tensor f = src.values({3, 5000}, at::kFloat, Values::Finite);
+  for (bool largest : {true, false}) {
+    auto [tv, ti] = at::topk(f, 7, 1, largest, true);
+    auto [kv, ki] = to_kiln(f).topk(7, 1, largest);
+    batch.check(cat("long topk ", largest ? "largest" : "smallest"), kv, tv);
+    batch.check(cat("long topk picks ", largest ? "largest" : "smallest"), to_kiln(f).gather(1, ki), tv);
+  }
+  // 70000: a network over 131072 (153 stages).
+  at::Tensor big = src.values({1, 70000}, at::kInt);  // +-100: every value about 350 times
+  auto [bv, bi] = at::sort(big, true, 1, false);
+  auto [kbv, kbi] = to_kiln(big).sort(1);
+  batch.check("sort 70000 int values", kbv, bv);
+  batch.check("sort 70000 int indices", kbi, bi);
+  at::Tensor bf = tied_values(src, {70000}, at::kFloat);
+  batch.check("argsort 70000 float descending", to_kiln(bf).argsort(0, true), std::get<1>(at::sort(bf, true, 0, true)));
+  batch.run();
+  // The values move bit for bit: -0.0 keeps its sign, ties in input order (0.0 before -0.0 here).
+  std::vector<float> zeros(5000, 1.0f);
+  zeros[10] = 0.0f;
+  zeros[20] = -0.0f;
+  std::vector<float> sorted = Tensor::from_vector<float>(zeros, {5000}).sort().first.to_vector<float>();
+  CHECK((!std::signbit(sorted[0]) && std::signbit(sorted[1]) && sorted[2] == 1.0f));
+  // Gradients: a permutation, carried back through the network.
+  at::Tensor g = src.values({2, 4500}, at::kDouble, Values::Finite);
+  check_op(batch, src, "long sort grad", {g}, [](auto& v) { return v[0].sort(1, true).first; },
+           [](auto& v) { return std::get<0>(at::sort(v[0], true, 1, true)); }, 0);
+  check_op(batch, src, "long topk grad", {g}, [](auto& v) { return v[0].topk(5, 1, false).first; },
+           [](auto& v) { return std::get<0>(at::topk(v[0], 5, 1, false)); }, 0);
+  batch.run();
 }
 
 TEST_CASE("torch: einsum over two operands", "[torch][einsum]") {
@@ -344,6 +349,33 @@ TEST_CASE("torch: cumprod and logcumsumexp, with gradients", "[torch][reduce]") 
   batch.run();
 }
 
+TEST_CASE("torch: logsumexp over an empty axis is -inf, with an empty gradient", "[torch][reduce]") {
+  Source src(315);
+  Batch batch;
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor x = src.values({2, 0, 3}, dt);
+    for (bool keep : {false, true}) {
+      for (std::vector<int64_t> axes : {std::vector<int64_t>{1}, {0, 1}, {1, 2}, {-2}, {}})
+        check_op(batch, src, cat("logsumexp empty axes ", axes.size(), keep ? " keepdim " : " ", name(dt)), {x},
+                 [&](auto& v) { return v[0].logsumexp(axes, keep); },
+                 [&](auto& v) { return axes.empty() ? at::logsumexp(v[0], {0, 1, 2}, keep) : at::logsumexp(v[0], axes, keep); }, 0);
+      // A non-empty axis of an empty tensor: nothing to reduce per output, an empty result.
+      check_op(batch, src, cat("logsumexp of an empty tensor over axis 2", keep ? " keepdim " : " ", name(dt)), {x},
+               [&](auto& v) { return v[0].logsumexp({2}, keep); }, [&](auto& v) { return at::logsumexp(v[0], {2}, keep); }, 0);
+    }
+  }
+  at::Tensor ints = src.values({3, 0}, at::kInt);
+  batch.check("logsumexp empty int", to_kiln(ints).logsumexp({1}), at::logsumexp(ints, {1}));
+  batch.run();
+  // backward() through it, as PyTorch allows: the gradient is x's shape, empty.
+  Tensor x = Tensor::zeros({2, 0});
+  x.requires_grad_();
+  x.logsumexp({1}).exp().sum().backward();
+  REQUIRE(x.grad());
+  CHECK(x.grad()->shape() == Shape{2, 0});
+  CHECK_THROWS_WITH(x.logsumexp({2}), Catch::Contains("logsumexp"));
+}
+
 // --- pooling, convolution, resampling ---------------------------------------------------------------
 
 TEST_CASE("torch: max_pool2d with dilation and ceil_mode, avg_pool2d with ceil_mode and count_include_pad", "[torch][nn]") {
@@ -393,27 +425,6 @@ TEST_CASE("torch: conv_transpose2d with stride, padding, output_padding, groups 
   batch.run();
   CHECK_THROWS_WITH(Tensor::ones({1, 2, 3, 3}).conv_transpose2d(Tensor::ones({2, 1, 2, 2}), std::nullopt, {1, 1}, {0, 0}, {1, 0}),
                     Catch::Contains("output_padding 1 must be smaller than stride or dilation"));
-}
-
-TEST_CASE("torch: unfold and interpolate (nearest, bilinear), with gradients", "[torch][nn]") {
-  Source src(313);
-  Batch batch;
-  for (at::ScalarType dt : kFloats) {
-    at::Tensor x = src.values({2, 3, 5, 6}, dt, Values::Finite);
-    check_op(batch, src, cat("unfold ", name(dt)), {x}, [](auto& v) { return nn::unfold(v[0], {2, 3}, {1, 2}, {1, 0}, {2, 1}); },
-             [](auto& v) { return at::im2col(v[0], {2, 3}, {1, 2}, {1, 0}, {2, 1}); }, 0);
-    for (std::array<int64_t, 2> size : {std::array<int64_t, 2>{7, 4}, {10, 12}, {2, 3}, {1, 1}}) {
-      std::string s = cat(size[0], "x", size[1], " ", name(dt));
-      check_op(batch, src, "interpolate nearest " + s, {x}, [&](auto& v) { return nn::interpolate(v[0], size, "nearest"); },
-               [&](auto& v) { return at::upsample_nearest2d(v[0], {size[0], size[1]}); }, 0);
-      for (bool corners : {false, true})
-        check_op(batch, src, cat("interpolate bilinear ", corners ? "align_corners " : "", s), {x},
-                 [&](auto& v) { return nn::interpolate(v[0], size, "bilinear", corners); },
-                 [&](auto& v) { return at::upsample_bilinear2d(v[0], {size[0], size[1]}, corners); }, 16);
-    }
-  }
-  batch.run();
-  CHECK_THROWS_WITH(nn::interpolate(Tensor::ones({1, 1, 2, 2}), {3, 3}, "bicubic"), Catch::Contains("mode \"bicubic\" is not supported"));
 }
 
 TEST_CASE("torch: pad with negative amounts crops", "[torch][movement]") {
