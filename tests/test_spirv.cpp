@@ -4,6 +4,7 @@
 // accumulators and vector lanes against answers computed here, and the device's errors. Every module
 // these tests render goes through spirv-val (skipped, with a warning, where it is not installed).
 // Without a Vulkan device the tests that launch kernels are skipped with the reason.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "frontend/tensor.h"
 #include "helpers.h"
 #include "lower/renderers/spirv.h"
+#include "lower/renderers/spirv_math.h"
 #include "uop/alu.h"
 #include "uop/half.h"
 #include "uop/process.h"
@@ -233,6 +235,90 @@ TEST_CASE("spirv: float ops match REF exactly, NaN, inf and signed zero included
     compare_with_ref(*vk, Op::WHERE, t, t, {edge_values(dtypes::bool_), a, b});
     compare_with_ref(*vk, Op::MULACC, t, t, {a, b, rotated(a, 3)}, 1e-15);  // C rounds twice, REF once
   }
+}
+
+// Unsigned integers of fixed width, 32-bit limbs, least significant first: just what the table's check needs.
+struct Big {
+  std::vector<uint64_t> limb;  // each < 2^32
+  explicit Big(size_t limbs) : limb(limbs, 0) {}
+  static Big power_of_two(size_t limbs, size_t bit) {
+    Big b(limbs);
+    b.limb.at(bit / 32) = uint64_t{1} << (bit % 32);
+    return b;
+  }
+  Big div(uint64_t d) const {  // floor(*this / d), d < 2^32
+    Big q(limb.size());
+    uint64_t rem = 0;
+    for (size_t i = limb.size(); i-- > 0;) {
+      uint64_t cur = (rem << 32) | limb[i];
+      q.limb[i] = cur / d;
+      rem = cur % d;
+    }
+    return q;
+  }
+  Big add(const Big& o, bool subtract = false) const {  // *this + o or *this - o (no sign: *this >= o)
+    Big r(limb.size());
+    int64_t carry = 0;
+    for (size_t i = 0; i < limb.size(); ++i) {
+      int64_t v = int64_t(limb[i]) + (subtract ? -int64_t(o.limb[i]) : int64_t(o.limb[i])) + carry;
+      carry = v < 0 ? -1 : v >> 32;
+      r.limb[i] = uint64_t(v) & 0xffffffffu;
+    }
+    return r;
+  }
+  Big mul(const Big& o) const {
+    Big r(limb.size());
+    for (size_t i = 0; i < limb.size(); ++i) {
+      uint64_t carry = 0;
+      for (size_t j = 0; i + j < limb.size(); ++j) {
+        uint64_t v = r.limb[i + j] + limb[i] * o.limb[j] + carry;
+        r.limb[i + j] = v & 0xffffffffu;
+        carry = v >> 32;
+      }
+    }
+    return r;
+  }
+  bool less(const Big& o) const {
+    for (size_t i = limb.size(); i-- > 0;)
+      if (limb[i] != o.limb[i]) return limb[i] < o.limb[i];
+    return false;
+  }
+};
+
+// atan(1/n) * 2^bits by its series, each term truncated (a few units low in all).
+Big atan_inverse(size_t limbs, size_t bits, uint64_t n) {
+  Big total(limbs), term = Big::power_of_two(limbs, bits).div(n);
+  for (uint64_t k = 0; std::any_of(term.limb.begin(), term.limb.end(), [](uint64_t l) { return l != 0; }); ++k) {
+    total = total.add(term.div(2 * k + 1), k % 2 == 1);
+    term = term.div(n * n);
+  }
+  return total;
+}
+
+// sin's large-argument reduction on Vulkan reads 2/pi's bits from a table: a wrong bit anywhere would
+// put some x's quadrant or remainder off. pi * 2^B from Machin's formula (pi/4 = 4 atan 1/5 - atan 1/239)
+// in integers, then T (the table's fraction bits as an integer, 2/pi * 2^K truncated) must satisfy
+// T * pi <= 2^(K+1) < (T + 1) * pi, to within pi's error of a few units in 2^-B.
+TEST_CASE("spirv: the table of 2/pi's bits is 2/pi, every bit of it", "[spirv]") {
+  std::span<const uint32_t> words = two_over_pi_words();
+  REQUIRE(words.size() > 4);
+  CHECK(words[0] == 0);
+  CHECK(words[1] == 0);
+  const size_t k_bits = 32 * (words.size() - 2), b_bits = k_bits + 64, limbs = (k_bits + b_bits) / 32 + 4;
+  Big pi = atan_inverse(limbs, b_bits, 5).mul(Big::power_of_two(limbs, 4));  // 16 atan(1/5)
+  pi = pi.add(atan_inverse(limbs, b_bits, 239).mul(Big::power_of_two(limbs, 2)), true);
+  Big table(limbs);
+  for (size_t i = 2; i < words.size(); ++i) table.limb[words.size() - 1 - i] = words[i];
+  Big two = Big::power_of_two(limbs, k_bits + b_bits + 1);
+  Big low = table.mul(pi), high = table.add(Big::power_of_two(limbs, 0)).mul(pi);
+  // Each series term is truncated twice (~300 terms for 1/5): pi is low by well under 2^16 units, so
+  // T * pi by under 2^(k_bits + 16). One unit of T moves T * pi by pi * 2^B, about 2^(k_bits + 65).
+  Big slack = Big::power_of_two(limbs, k_bits + 20);
+  CHECK(low.less(two.add(slack)));
+  CHECK(two.less(high.add(slack)));
+  // So one unit off in the last word fails the check.
+  Big off = table.add(Big::power_of_two(limbs, 0));
+  CHECK_FALSE(off.mul(pi).less(two.add(slack)));
 }
 
 TEST_CASE("spirv: exp2, log2, sin, sqrt and pow are accurate in float32 and float64", "[spirv]") {

@@ -98,7 +98,8 @@ Id SpirvMath::log2_body(Id x, int width) {
 
 // The bits of 2/pi, 32 to a word, most significant first, after two zero words: bit s of the table
 // (counting from the top of word 0) has the weight 2^-(s - 63). Enough for the float64 range, with the
-// window of reduce_large; made by scripts/two_over_pi.py.
+// window of reduce_large. tests/test_spirv.cpp checks every bit: it computes pi with Machin's formula in
+// integers and multiplies.
 constexpr uint32_t kTwoOverPiWords[] = {
     0x00000000u, 0x00000000u, 0xa2f9836eu, 0x4e441529u, 0xfc2757d1u, 0xf534ddc0u, 0xdb629599u,
     0x3c439041u, 0xfe5163abu, 0xdebbc561u, 0xb7246e3au, 0x424dd2e0u, 0x06492eeau, 0x09d1921cu,
@@ -108,6 +109,8 @@ constexpr uint32_t kTwoOverPiWords[] = {
     0x8a5292eau, 0x6bfb5fb1u, 0x1f8d5d08u, 0x56033046u, 0xfc7b6babu, 0xf0cfbc20u, 0x9af4361du,
 };
 constexpr uint32_t kTableWords = sizeof(kTwoOverPiWords) / sizeof(uint32_t);
+
+std::span<const uint32_t> two_over_pi_words() { return kTwoOverPiWords; }
 
 std::vector<Id> SpirvMath::mul_words(const std::vector<Id>& a, const std::vector<Id>& b, size_t keep) {
   Id u32 = u(32), pair = m_.type_struct({u32, u32});

@@ -13,13 +13,19 @@
 // included. Each follows C's special cases (NaN, inf, signed zero); all are branch-free but sin,
 // whose large-argument reduction sits behind a structured branch.
 #pragma once
+#include <cstdint>
 #include <map>
+#include <span>
 #include <utility>
 
 #include "lower/renderers/spirv_module.h"
 #include "uop/ops.h"
 
 namespace kiln {
+
+// The bits of 2/pi sin's large-argument reduction uses: two zero words, then 2/pi's fraction bits, 32 to
+// a word, most significant first (exposed for the test that recomputes them).
+std::span<const uint32_t> two_over_pi_words();
 
 class SpirvMath {
  public:
