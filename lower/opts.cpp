@@ -236,8 +236,8 @@ class OptApplier {
     Axis& a = axes_[o.axis];
     int64_t size = a.range->end()->vmax();
     bool output = a.kind == AxisKind::Output;
-    // A loop that runs once or never has nothing to split (and its pieces would intern as the loop itself).
-    if (size < 2) return reject(cat("the axis runs ", size, " iterations; there is nothing to split"));
+    // A loop that never runs has nothing to split (and its pieces would intern as the loop itself).
+    if (size < 1) return reject("the axis runs 0 iterations; there is nothing to split");
     auto factor = [&](int64_t n) -> std::optional<std::string> {  // n divides the axis, and is at least 2
       if (n < 2) return reject(cat("the amount must be at least 2 (0 takes the whole axis of ", size, ")"));
       if (size % n != 0) return reject(cat("", n, " does not divide the axis's ", size, " iterations"));

@@ -146,8 +146,11 @@ class Engine {
     auto is_default = [&](const Timed& t) { return t.opts == hooks_.default_opts; };
     auto found = std::find_if(beam.begin(), beam.end(), is_default);
     if (found == beam.end())
-      throw Error(cat("search: the default kernel (opts \"", to_string(hooks_.default_opts),
-                      "\") could not be built or timed: ", result_.failures.empty() ? "rejected" : result_.failures.back()));
+      throw Error(cat("search: the default kernel of ", hooks_.kernel.empty() ? "(unnamed)" : hooks_.kernel, " (opts \"",
+                      to_string(hooks_.default_opts), "\") could not be built or timed: ",
+                      !default_rejected_.empty() ? cat("rejected: ", default_rejected_)
+                      : result_.failures.empty()  ? "rejected"
+                                                  : result_.failures.back()));
     default_ = *found;
     result_.default_seconds = default_.seconds;
     if (default_.seconds < options_.min_default_s) {
@@ -240,6 +243,7 @@ class Engine {
           BuildResult r = hooks_.build(candidates[size_t(i)]);
           if (!r.built) {
             rejected[size_t(i)] = 1;
+            failure[size_t(i)] = std::move(r.rejected);  // why, for the default's error only
             continue;
           }
           double took = seconds_since(start);
@@ -259,6 +263,7 @@ class Engine {
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (rejected[i]) {
         ++result_.rejected;
+        if (candidates[i] == hooks_.default_opts) default_rejected_ = failure[i];
         continue;
       }
       if (!failure[i].empty()) {
@@ -375,6 +380,7 @@ class Engine {
   Timed default_;
   double best_ = 0;                      // fastest time so far (0: none yet)
   std::set<std::string> tried_;          // opt lists already built, as text
+  std::string default_rejected_;         // why the default opts did not apply, if they did not
   std::unordered_set<uint64_t> seen_sources_;
   Watchdog watchdog_;  // last: its thread stops before the rest goes
 };
