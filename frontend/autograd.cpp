@@ -300,6 +300,32 @@ struct Autograd {
     std::erase_if(computed(), [](const auto& entry) { return entry.second.node.expired(); });  // few live at a time
     computed()[node.get()] = {node, graph};
   }
+  // Realized values computed from nothing that required grad then: their graphs are dropped (kept, they
+  // would hold their inputs' memory). Only their nodes are remembered, weakly, so that gradients() with
+  // respect to an input that never required grad can refuse to differentiate past them.
+  static std::unordered_map<const UOp*, std::weak_ptr<const UOp>>& opaque() {
+    static auto* m = new std::unordered_map<const UOp*, std::weak_ptr<const UOp>>();
+    return *m;
+  }
+  static void record_opaque(const UOpPtr& node) {
+    std::lock_guard<std::mutex> lock(mu());
+    std::erase_if(opaque(), [](const auto& entry) { return entry.second.expired(); });
+    opaque()[node.get()] = node;
+  }
+  // A realized value in root (behind realized values with graphs too) whose graph was dropped; null if none.
+  static const UOp* first_opaque(const UOpPtr& root, const std::unordered_set<const UOp*>& targets) {
+    std::unordered_set<const UOp*> live;
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      for (const auto& [key, w] : opaque())
+        if (UOpPtr node = w.lock(); node && node.get() == key) live.insert(key);
+    }
+    if (live.empty()) return nullptr;
+    for (const UOpPtr& u : toposort(root))
+      if (live.count(u.get()) && !targets.count(u.get())) return u.get();
+    return nullptr;
+  }
+
   // The live entries, copied so that walks need no lock.
   static std::unordered_map<const UOp*, UOpPtr> computed_graphs() {
     std::lock_guard<std::mutex> lock(mu());
@@ -363,6 +389,7 @@ struct Autograd {
     }
     std::vector<StatePtr> l = leaves();
     if (!l.empty() && depends_on(before, leaf_nodes(l))) record(s.uop, before);
+    else if (!detail::realized_buffer(before)) record_opaque(s.uop);  // computed here, not a copy of a buffer
   }
 };
 
@@ -496,7 +523,22 @@ std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& i
   std::unordered_set<const UOp*> targets;
   for (const Tensor& x : inputs) targets.insert(x.uop().get());
   UOpPtr seed = seed_gradient(output, grad_output, "gradients");
-  auto grads = backprop(Autograd::unrealized(output.uop(), targets), seed, targets);
+  UOpPtr graph = Autograd::unrealized(output.uop(), targets);
+  // An input that requires no grad (not a requires_grad_() leaf nor computed from one) is differentiated
+  // through the lazy graph; a value realized on the way lost its graph, and the gradient through it
+  // would silently be 0. PyTorch refuses such inputs outright; kiln refuses them only then.
+  std::unordered_set<const UOp*> leaf_nodes = Autograd::leaf_nodes(Autograd::leaves());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (Autograd::depends_on(inputs[i].uop(), leaf_nodes)) continue;
+    if (const UOp* realized = Autograd::first_opaque(graph, targets))
+      throw Error(kiln::cat("gradients: input ", i, " (shape ", shape_str(inputs[i].shape()), ") does not require grad, and the ",
+                            "output (shape ", shape_str(output.shape()), ") reads a ", realized->dtype.name(),
+                            " value realized before anything it depended on required grad, so kiln kept no graph ",
+                            "for it and cannot say whether it depends on that input. Call requires_grad_() on the ",
+                            "input before computing the output (as PyTorch requires for torch.autograd.grad)"));
+    break;
+  }
+  auto grads = backprop(graph, seed, targets);
   std::vector<Tensor> out;
   for (const Tensor& x : inputs) {
     auto it = grads.find(x.uop().get());

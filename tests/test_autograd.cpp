@@ -290,6 +290,28 @@ TEST_CASE("autograd: backward through intermediates realized before later ops us
   CHECK_THROWS_WITH((d * 2).sum().backward(), Catch::Contains("does not depend"));
 }
 
+// gradients() takes any input, differentiating the lazy graph. A value realized while nothing it read
+// required grad keeps no graph: differentiating past it with respect to an input that requires no grad
+// gave zeros (d/dx of (x * x), realized, then summed). It is an error naming the input, as PyTorch's
+// torch.autograd.grad refuses such inputs; inputs that require grad, and lazy graphs, work as before.
+TEST_CASE("autograd: gradients() past a value realized without a graph is an error, not zeros", "[autograd]") {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3}, {3});
+  Tensor lazy = (x * x).sum();
+  CHECK(gradients(lazy, {x})[0].to_vector<float>() == std::vector<float>{2, 4, 6});  // nothing realized: fine
+  Tensor y = (x * x).realize();
+  CHECK_THROWS_WITH(gradients(y.sum(), {x}), Catch::Contains("gradients: input 0 (shape (3,)) does not require grad") &&
+                                                 Catch::Contains("requires_grad_()"));
+  CHECK_THROWS_AS(gradients((y * x).sum(), {x}), Error);  // a direct path too: the partial gradient would be wrong
+  // With respect to the realized value itself, it is a leaf: d(3y)/dy = 3.
+  CHECK(gradients((y * 3).sum(), {y})[0].to_vector<float>() == std::vector<float>{3, 3, 3});
+  // An input that requires grad: the realized value is a constant, as in PyTorch (it was computed before).
+  Tensor w = Tensor::from_vector<float>({1, 1, 1}, {3}).requires_grad_();
+  CHECK(gradients((y * w).sum(), {w})[0].to_vector<float>() == std::vector<float>{1, 4, 9});
+  // Computed from w, the realized value keeps its graph: d/dw sum(w^2 * w) = 3 w^2.
+  Tensor z = (w * w).realize();
+  CHECK(gradients((z * w).sum(), {w})[0].to_vector<float>() == std::vector<float>{3, 3, 3});
+}
+
 TEST_CASE("autograd: detach, no_grad and assign stop gradients", "[autograd]") {
   Tensor w = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
   Tensor y = (w * w.detach()).sum();  // d/dw = w (the detached factor is a constant)
