@@ -308,21 +308,34 @@ struct Autograd {
     return *m;
   }
   static void record_opaque(const UOpPtr& node) {
+    static size_t purge_at = 64;  // dead entries go in sweeps, each when the table has doubled (under mu())
     std::lock_guard<std::mutex> lock(mu());
-    std::erase_if(opaque(), [](const auto& entry) { return entry.second.expired(); });
+    if (opaque().size() >= purge_at) {
+      std::erase_if(opaque(), [](const auto& entry) { return entry.second.expired(); });
+      purge_at = std::max<size_t>(64, 2 * opaque().size());
+    }
     opaque()[node.get()] = node;
   }
-  // A realized value in root (behind realized values with graphs too) whose graph was dropped; null if none.
-  static const UOp* first_opaque(const UOpPtr& root, const std::unordered_set<const UOp*>& targets) {
+  static std::unordered_set<const UOp*> live_opaque() {
+    std::lock_guard<std::mutex> lock(mu());
     std::unordered_set<const UOp*> live;
-    {
-      std::lock_guard<std::mutex> lock(mu());
-      for (const auto& [key, w] : opaque())
-        if (UOpPtr node = w.lock(); node && node.get() == key) live.insert(key);
+    for (const auto& [key, w] : opaque())
+      if (UOpPtr node = w.lock(); node && node.get() == key) live.insert(key);
+    return live;
+  }
+  // A value of `live` that a gradient of root with respect to `targets` would pass: the walk stops at the
+  // targets and at DETACH, as the gradient does. Null if none.
+  static const UOp* first_opaque(const UOpPtr& root, const std::unordered_set<const UOp*>& targets,
+                                 const std::unordered_set<const UOp*>& live) {
+    std::unordered_set<const UOp*> seen;
+    std::vector<const UOp*> stack{root.get()};
+    while (!stack.empty()) {
+      const UOp* u = stack.back();
+      stack.pop_back();
+      if (!seen.insert(u).second || targets.count(u) || u->op == Op::DETACH) continue;
+      if (live.count(u)) return u;
+      for (const UOpPtr& s : u->src) stack.push_back(s.get());
     }
-    if (live.empty()) return nullptr;
-    for (const UOpPtr& u : toposort(root))
-      if (live.count(u.get()) && !targets.count(u.get())) return u.get();
     return nullptr;
   }
 
@@ -527,10 +540,11 @@ std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& i
   // An input that requires no grad (not a requires_grad_() leaf nor computed from one) is differentiated
   // through the lazy graph; a value realized on the way lost its graph, and the gradient through it
   // would silently be 0. PyTorch refuses such inputs outright; kiln refuses them only then.
-  std::unordered_set<const UOp*> leaf_nodes = Autograd::leaf_nodes(Autograd::leaves());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (Autograd::depends_on(inputs[i].uop(), leaf_nodes)) continue;
-    if (const UOp* realized = Autograd::first_opaque(graph, targets))
+  std::unordered_set<const UOp*> opaque = Autograd::live_opaque();
+  std::unordered_set<const UOp*> leaf_nodes = opaque.empty() ? std::unordered_set<const UOp*>{} : Autograd::leaf_nodes(Autograd::leaves());
+  for (size_t i = 0; i < inputs.size() && !opaque.empty(); ++i) {
+    if (leaf_nodes.count(inputs[i].uop().get()) || Autograd::depends_on(inputs[i].uop(), leaf_nodes)) continue;
+    if (const UOp* realized = Autograd::first_opaque(graph, targets, opaque))
       throw Error(kiln::cat("gradients: input ", i, " (shape ", shape_str(inputs[i].shape()), ") does not require grad, and the ",
                             "output (shape ", shape_str(output.shape()), ") reads a ", realized->dtype.name(),
                             " value realized before anything it depended on required grad, so kiln kept no graph ",

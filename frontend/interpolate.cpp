@@ -178,7 +178,11 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
     if (!scale.empty()) {
       if (!(scale[i] > 0) || !std::isfinite(scale[i]))
         throw Error(kiln::cat("interpolate: scale_factor must be positive and finite, got ", scale[i]));
-      out = static_cast<int64_t>(std::floor(static_cast<double>(in) * scale[i]));
+      double scaled = std::floor(static_cast<double>(in) * scale[i]);
+      if (scaled > double(int64_t{1} << 31))
+        throw Error(kiln::cat("interpolate: scale_factor ", scale[i], " makes axis ", i + 2, " of shape ", shape_str(x.shape()),
+                              " ", scaled, " long (more than 2^31); use a smaller scale"));
+      out = static_cast<int64_t>(scaled);
       // "area" always recomputes the scale from the sizes (PyTorch's functional does so).
       if (!o.recompute_scale_factor_ && mode.mode != Mode::Area) factor = scale[i];
     } else {

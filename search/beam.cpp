@@ -19,9 +19,11 @@ namespace kiln {
 
 std::string SearchOptions::params() const {
   // Only what changes which opts win; limits and the progress callback do not.
+  // An exhaustive search has no beam, threshold or rounds: its key leaves them out.
+  if (exhaustive_depth > 0)
+    return cat("exhaustive=", exhaustive_depth, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6);
   return cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds, " runs=", timing_runs,
-             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6,
-             exhaustive_depth > 0 ? cat(" exhaustive=", exhaustive_depth) : std::string());
+             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6);
 }
 
 namespace {
@@ -194,12 +196,17 @@ class Engine {
   SearchResult exhaustive(std::vector<Timed> all) {
     const size_t keep = size_t(options_.max_checks) + 8;
     std::vector<Timed> level;  // the lists of the last depth, to extend
-    if (hooks_.default_opts.empty()) std::swap(level, all);  // the default is the bare kernel
-    else level = evaluate({{}});
-    for (int depth = 1; depth <= options_.exhaustive_depth && !level.empty(); ++depth) {
+    if (!hooks_.default_opts.empty()) level = evaluate({{}});
+    for (int depth = 1; depth <= options_.exhaustive_depth; ++depth) {
+      // The default was timed first, so its list is never built again: extend it at its own depth.
+      if (hooks_.default_opts.size() == size_t(depth - 1)) level.push_back(default_);
+      if (level.empty()) break;
       progress_.round = depth;
       result_.rounds = depth;
       std::vector<Timed> next = evaluate(expand(level));
+      // Only the fastest few can win (settle checks no more): let the others' loaded kernels go now.
+      std::sort(next.begin(), next.end(), faster);
+      for (size_t i = keep; i < next.size(); ++i) next[i].built.artifact.reset();
       all.insert(all.end(), std::make_move_iterator(level.begin()), std::make_move_iterator(level.end()));
       std::sort(all.begin(), all.end(), faster);
       if (all.size() > keep) all.resize(keep);

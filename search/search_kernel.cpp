@@ -111,7 +111,7 @@ class DeviceSearch {
 
   SearchResult run(const std::function<void(const SearchProgress&)>& progress) {
     SearchHooks hooks;
-    hooks.default_opts = heuristic_opts(ast_, device_.spec());
+    hooks.default_opts = lower_kernel(ast_, device_.spec()).opts;  // the heuristics' opts that apply, as realize uses them
     hooks.seeds = opt_neighbours(ast_, device_.spec(), hooks.default_opts);
     hooks.actions = [&](std::span<const Opt> applied) { return action_space(ast_, device_.spec(), applied); };
     hooks.build = [&](std::span<const Opt> opts) { return build(opts); };

@@ -26,6 +26,7 @@ struct Slot {
 // The most loop iterations a kernel checked alone may run (each of its two lowerings once): about a
 // minute of the plain lowering's scalar loops. A matmul 2048^3 is 2^33.
 constexpr double kMaxCheckedIterations = 68719476736.0;  // 2^36
+constexpr int64_t kMaxIndexShift = int64_t{1} << 40;      // past any buffer verify would allocate
 
 // ast with every buffer's indexes moved up so that none can be below 0, whatever the gates say. kiln's
 // own kernels index below 0 only on paper (a padded conv's gated loads), but a stored AST is untrusted:
@@ -39,6 +40,10 @@ UOpPtr indexes_from_zero(const UOpPtr& ast) {
       low = std::min(low, u->src[1]->vmin());
     }
   if (std::none_of(lowest.begin(), lowest.end(), [](const auto& kv) { return kv.second < 0; })) return ast;
+  for (const auto& [slot, low] : lowest)
+    if (low < -kMaxIndexShift)
+      throw Error(cat("verify_opts: buffer ", slot, " is indexed as low as ", low, " (an index with no lower bound?); such ",
+                      "kernels cannot be checked alone"));
   std::unordered_map<const UOp*, UOpPtr> moved;
   for (const UOpPtr& u : toposort(ast)) {
     std::vector<UOpPtr> src;
@@ -156,6 +161,14 @@ std::vector<std::vector<uint8_t>> run(Device& device, const LoweredKernel& k, co
 }  // namespace
 
 OptsCheck verify_opts(const UOpPtr& original, Device& device, std::span<const Opt> opts, uint64_t seed, size_t max_buffer_bytes) {
+  // Only here, for kernels checked alone (`kiln cache verify`, whose ASTs are untrusted); search checks its
+  // own winners through compare_kernels whatever their size.
+  double iterations = 1;
+  for (const UOpPtr& u : toposort(original))
+    if (u->op == Op::RANGE) iterations *= static_cast<double>(u->src[0]->vmax());
+  if (iterations > kMaxCheckedIterations)
+    throw Error(cat("verify_opts: kernel ", detail::kernel_name(original), " runs up to ", iterations,
+                    " loop iterations (more than 2^36, about a minute); such kernels are checked by running the model, not alone"));
   UOpPtr ast = indexes_from_zero(original);
   Lowering tuned = lower_with_opts(ast, device.spec(), opts);
   if (!tuned.kernel) return {OptsCheck::Outcome::CouldNotApply, tuned.rejected};
@@ -166,12 +179,6 @@ OptsCheck verify_opts(const UOpPtr& original, Device& device, std::span<const Op
 
 OptsCheck compare_kernels(const UOpPtr& ast, Device& device, const LoweredKernel& reference,
                           const LoweredKernel& candidate, uint64_t seed, size_t max_buffer_bytes) {
-  double iterations = 1;
-  for (const UOpPtr& u : toposort(ast))
-    if (u->op == Op::RANGE) iterations *= static_cast<double>(u->src[0]->vmax());
-  if (iterations > kMaxCheckedIterations)
-    throw Error(cat("verify_opts: kernel ", reference.name, " runs up to ", iterations, " loop iterations (more than 2^36, ",
-                    "about a minute); such kernels are checked by running the model, not alone"));
   std::vector<Slot> slots = slots_of(ast);
   std::mt19937_64 rng(seed);
   std::vector<std::vector<uint8_t>> inputs;

@@ -307,6 +307,10 @@ TEST_CASE("autograd: gradients() past a value realized without a graph is an err
   // An input that requires grad: the realized value is a constant, as in PyTorch (it was computed before).
   Tensor w = Tensor::from_vector<float>({1, 1, 1}, {3}).requires_grad_();
   CHECK(gradients((y * w).sum(), {w})[0].to_vector<float>() == std::vector<float>{1, 4, 9});
+  // The gradient stops at a target and at detach(), so the realized value behind them does not matter.
+  Tensor h = y * 2;
+  CHECK(gradients((h * h).sum(), {h})[0].to_vector<float>() == std::vector<float>{4, 16, 36});
+  CHECK(gradients((y.detach() * x).sum(), {x})[0].to_vector<float>() == std::vector<float>{1, 4, 9});
   // Computed from w, the realized value keeps its graph: d/dw sum(w^2 * w) = 3 w^2.
   Tensor z = (w * w).realize();
   CHECK(gradients((z * w).sum(), {w})[0].to_vector<float>() == std::vector<float>{3, 3, 3});

@@ -275,6 +275,7 @@ TEST_CASE("search: exhaustive tries every list up to its depth once and finds wh
   world(greedy);
   SearchResult b = beam_search(greedy.hooks(), options(1));
   CHECK(b.best_seconds > 1.0);  // UPCAST(0,2) led the beam, and no list through it reaches 1.0
+  CHECK(b.rounds == 3);         // round 3's only child was clearly slower: an empty beam ends the search
 
   FakeWorld every;
   world(every);
@@ -295,6 +296,18 @@ TEST_CASE("search: exhaustive tries every list up to its depth once and finds wh
   CHECK(every.launches.count("UNROLL(1,4) UPCAST(0,2) UPCAST(0,4)") == 0);
   CHECK(SearchOptions{}.params().find("exhaustive") == std::string::npos);  // BEAM's cache keys stay as they were
   CHECK(o.params().find("exhaustive=3") != std::string::npos);
+  CHECK(o.params().find("beam=") == std::string::npos);  // no beam in an exhaustive search, so none in its key
+
+  // A default of one opt is extended at depth 2 like any other list of one (its list was timed first,
+  // as the baseline, and is never built again).
+  FakeWorld from_default;
+  from_default.default_opts = {up(0, 2)};
+  from_default.times = {{"UPCAST(0,2)", 6.0}, {"", 8.0}, {"UPCAST(0,2) UNROLL(1,4)", 1.0}};
+  SearchOptions two = options(1);
+  two.exhaustive_depth = 2;
+  SearchResult d = beam_search(from_default.hooks(), two);
+  CHECK(to_string(d.opts) == "UPCAST(0,2) UNROLL(1,4)");
+  CHECK(d.best_seconds == 1.0);
 }
 
 

@@ -121,7 +121,7 @@ void run_bench_compile(const BenchOptions& options) {
   auto add = [&](BenchResult r, const std::function<void(BenchResult&)>& body) {
     try {
       body(r);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // an Error, or a JSON report that does not parse
       r.failure = e.what();
     }
     report.results.push_back(std::move(r));

@@ -484,7 +484,9 @@ std::function<void()> setup_search(CLI::App& command) {
   command.add_flag("--exhaustive", cmd->exhaustive,
                    "search every opt list of up to --depth actions instead of a beam (cached under their own keys), then "
                    "time BEAM's winner (--beam; cached or searched now) beside the best of them");
-  command.add_option("--depth", cmd->depth, "actions per opt list for --exhaustive (default 3)")->check(CLI::Range(1, 4));
+  command.add_option("--depth", cmd->depth, "actions per opt list for --exhaustive (default 3)")
+      ->check(CLI::Range(1, 4))
+      ->needs("--exhaustive");
   command.footer(kSearchHelp);
   return [cmd] { cmd->run(); };
 }
