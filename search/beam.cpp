@@ -21,9 +21,10 @@ std::string SearchOptions::params() const {
   // Only what changes which opts win; limits and the progress callback do not.
   // An exhaustive search has no beam, threshold or rounds: its key leaves them out.
   if (exhaustive_depth > 0)
-    return cat("exhaustive=", exhaustive_depth, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6);
+    return cat("exhaustive=", exhaustive_depth, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6,
+               " min_gain=", min_gain);
   return cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds, " runs=", timing_runs,
-             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6);
+             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain);
 }
 
 namespace {
@@ -334,7 +335,7 @@ class Engine {
     result_.best_seconds = default_.seconds;
     int checks = 0;
     for (const Timed& t : all) {
-      if (t.seconds >= default_.seconds || t.opts == default_.opts) break;
+      if (t.seconds >= default_.seconds * (1 - options_.min_gain) || t.opts == default_.opts) break;
       if (t.built.source == default_.built.source) continue;
       if (options_.check) {
         if (checks++ == options_.max_checks) break;

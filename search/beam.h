@@ -43,6 +43,10 @@ namespace kiln {
 struct SearchOptions {
   int beam = 4;                   // opt lists kept per round, >= 1
   double min_improvement = 0.01;  // a round that improves the best by less than this fraction ends search
+  // A winner must be this much faster than the default, else the default stays: timings of one kernel
+  // vary by a few percent from run to run, and a "win" inside that made each fresh search pick another
+  // list (a memory-bound elementwise kernel: four runs, three winners).
+  double min_gain = 0.03;
   int max_rounds = 10;            // rounds of expansion after the starting candidates
   int timing_runs = 3;            // a candidate's time is the minimum of this many launches
   double early_stop = 1.5;        // stop timing a candidate once its best run is this many times the best's

@@ -192,7 +192,7 @@ class DeviceSearch {
     if (r.improved) {
       BuildResult w = build(r.opts);
       r.best_seconds = full_time(compiled(*w.built));
-      if (r.best_seconds >= r.default_seconds) {  // the shrunken launches misjudged it: keep the default
+      if (r.best_seconds >= r.default_seconds * (1 - options_.min_gain)) {  // the shrunken launches misjudged it: keep the default
         r.failures.push_back(cat("[", to_string(r.opts), "] was faster on shrunken launches but not on full ones (",
                                  r.best_seconds, " s vs the default's ", r.default_seconds, " s)"));
         r.opts = heuristic_opts(ast_, device_.spec());

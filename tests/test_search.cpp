@@ -146,6 +146,19 @@ TEST_CASE("search: nothing faster than the default keeps the default opts", "[se
   CHECK(w.checked.empty());  // nothing to check: the default is its own reference
 }
 
+// Timing noise of a few percent must not crown a new winner in each fresh search.
+TEST_CASE("search: a candidate less than min_gain faster than the default does not replace it", "[search]") {
+  for (double fastest : {0.98, 0.96}) {
+    FakeWorld w;
+    w.default_opts = {up(0, 2)};
+    w.times = {{"UPCAST(0,2)", 1.0}, {"", 1.0}, {"UPCAST(0,2) UNROLL(1,4)", fastest}};
+    SearchResult r = beam_search(w.hooks(), options());
+    INFO("fastest " << fastest << ": " << to_string(r.opts));
+    CHECK(r.improved == (fastest < 0.97));  // min_gain 0.03
+    CHECK(to_string(r.opts) == (fastest < 0.97 ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2)"));
+  }
+}
+
 TEST_CASE("search: equal times break the same way whatever order the actions come in", "[search]") {
   for (bool reversed : {false, true}) {
     FakeWorld w;
