@@ -402,7 +402,9 @@ struct Autograd {
     }
     std::vector<StatePtr> l = leaves();
     if (!l.empty() && depends_on(before, leaf_nodes(l))) record(s.uop, before);
-    else if (!detail::realized_buffer(before)) record_opaque(s.uop);  // computed here, not a copy of a buffer
+    // Computed here (not a copy of a buffer), and a float: integers and bools carry no gradient (ops realize
+    // their indices to check them on the host).
+    else if (is_float(before->dtype) && !detail::realized_buffer(before)) record_opaque(s.uop);
   }
 };
 

@@ -311,6 +311,9 @@ TEST_CASE("autograd: gradients() past a value realized without a graph is an err
   Tensor h = y * 2;
   CHECK(gradients((h * h).sum(), {h})[0].to_vector<float>() == std::vector<float>{4, 16, 36});
   CHECK(gradients((y.detach() * x).sum(), {x})[0].to_vector<float>() == std::vector<float>{1, 4, 9});
+  // A realized integer (an op's indices, checked on the host) carries no gradient: no error.
+  Tensor picks = (Tensor::from_vector<int64_t>({2, 0}, {2}) + 0).realize();
+  CHECK(gradients(x.index_select(0, picks).sum(), {x})[0].to_vector<float>() == std::vector<float>{1, 0, 1});
   // Computed from w, the realized value keeps its graph: d/dw sum(w^2 * w) = 3 w^2.
   Tensor z = (w * w).realize();
   CHECK(gradients((z * w).sum(), {w})[0].to_vector<float>() == std::vector<float>{3, 3, 3});
