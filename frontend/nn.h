@@ -136,16 +136,22 @@ class Flatten : public Module {
   Tensor forward(const Tensor& x) override { return x.flatten(1); }
 };
 
-// Max or average pooling over the last two axes; MaxPool2d and AvgPool2d pick which.
+// Max or average pooling over the last two axes; MaxPool2d and AvgPool2d pick which. The options are
+// PyTorch's modules' (dilation for max; count_include_pad and divisor_override for average).
 class Pool2d : public Module {
  public:
   Tensor forward(const Tensor& x) override {
-    return max ? x.max_pool2d(kernel, stride, padding) : x.avg_pool2d(kernel, stride, padding);
+    return max ? x.max_pool2d(kernel, stride, padding, dilation, ceil_mode)
+               : x.avg_pool2d(kernel, stride, padding, ceil_mode, count_include_pad, divisor_override);
   }
   std::array<int64_t, 2> kernel;
   std::optional<std::array<int64_t, 2>> stride;
   std::array<int64_t, 2> padding;
   bool max;
+  std::array<int64_t, 2> dilation = {1, 1};      // max only
+  bool ceil_mode = false;
+  bool count_include_pad = true;                 // average only
+  std::optional<int64_t> divisor_override;       // average only
 
  protected:
   Pool2d(bool max, std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride, std::array<int64_t, 2> padding)
@@ -155,15 +161,23 @@ class Pool2d : public Module {
 class MaxPool2d : public Pool2d {
  public:
   explicit MaxPool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
-                     std::array<int64_t, 2> padding = {0, 0})
-      : Pool2d(true, kernel, stride, padding) {}
+                     std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, bool ceil_mode = false)
+      : Pool2d(true, kernel, stride, padding) {
+    this->dilation = dilation;
+    this->ceil_mode = ceil_mode;
+  }
 };
 
 class AvgPool2d : public Pool2d {
  public:
   explicit AvgPool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
-                     std::array<int64_t, 2> padding = {0, 0})
-      : Pool2d(false, kernel, stride, padding) {}
+                     std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true,
+                     std::optional<int64_t> divisor_override = std::nullopt)
+      : Pool2d(false, kernel, stride, padding) {
+    this->ceil_mode = ceil_mode;
+    this->count_include_pad = count_include_pad;
+    this->divisor_override = divisor_override;
+  }
 };
 
 // softmax(q k^T / sqrt(d) + mask) v over the last two axes; `mask` is added (use -inf to block), or

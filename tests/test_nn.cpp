@@ -78,6 +78,27 @@ TEST_CASE("nn: Linear and Conv2d compute what their formulas say", "[nn]") {
   CHECK_THROWS_WITH(fc(Tensor::ones({2, 4})), Catch::Contains("Linear") && Catch::Contains("in_features = 3"));
 }
 
+// The modules take PyTorch's module options and pass them on (the functions are checked against libtorch).
+TEST_CASE("nn: MaxPool2d and AvgPool2d take dilation, ceil_mode, count_include_pad and divisor_override", "[nn]") {
+  std::vector<float> v(16);
+  std::iota(v.begin(), v.end(), 1.0f);  // a 4x4 image 1..16
+  Tensor x = Tensor::from_vector(v, {1, 1, 4, 4});
+  // Dilation 2: the window (i, j), (i, j+2), (i+2, j), (i+2, j+2); its max is the last: 11, 12, 15, 16.
+  nn::MaxPool2d dilated({2, 2}, std::array<int64_t, 2>{1, 1}, {0, 0}, {2, 2});
+  CHECK(dilated(x).to_vector<float>() == std::vector<float>{11, 12, 15, 16});
+  // ceil_mode: a 3x3 window with stride 2 on 4x4 gives 2x2 windows, the last ones cut short.
+  nn::MaxPool2d ceiled({3, 3}, std::array<int64_t, 2>{2, 2}, {0, 0}, {1, 1}, true);
+  CHECK(ceiled(x).to_vector<float>() == std::vector<float>{11, 12, 15, 16});
+  // divisor_override 2: each 2x2 window's sum over 2. Top-left: (1 + 2 + 5 + 6) / 2 = 7.
+  nn::AvgPool2d halves({2, 2}, std::nullopt, {0, 0}, false, true, 2);
+  CHECK(halves(x).to_vector<float>() == std::vector<float>{7, 11, 23, 27});
+  // Padding 1 without count_include_pad: the corner window holds only the 1 (1 / 1), not 1 / 4.
+  nn::AvgPool2d unpadded({2, 2}, std::nullopt, {1, 1}, false, false);
+  CHECK(unpadded(x).to_vector<float>()[0] == 1.0f);
+  nn::AvgPool2d padded({2, 2}, std::nullopt, {1, 1});
+  CHECK(padded(x).to_vector<float>()[0] == 0.25f);
+}
+
 TEST_CASE("nn: BatchNorm2d normalizes with batch statistics and tracks running ones", "[nn]") {
   nn::BatchNorm2d bn(2, 1e-5, 0.1);
   std::vector<float> x = randoms(2 * 2 * 3, 5, -2, 3);  // (N=2, C=2, H=1, W=3)
