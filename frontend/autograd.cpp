@@ -327,16 +327,25 @@ struct Autograd {
   // targets and at DETACH, as the gradient does. Null if none.
   static const UOp* first_opaque(const UOpPtr& root, const std::unordered_set<const UOp*>& targets,
                                  const std::unordered_set<const UOp*>& live) {
+    const UOp* found = nullptr;
+    gradient_walk(root, targets, [&](const UOp* u) {
+      if (!found && live.count(u)) found = u;
+      return found == nullptr;
+    });
+    return found;
+  }
+  // Visits each node a gradient of root with respect to `targets` passes once, stopping at the targets
+  // and at DETACH as the gradient does; visit(u) returns whether to go on below u.
+  template <typename Visit>
+  static void gradient_walk(const UOpPtr& root, const std::unordered_set<const UOp*>& targets, Visit visit) {
     std::unordered_set<const UOp*> seen;
     std::vector<const UOp*> stack{root.get()};
     while (!stack.empty()) {
       const UOp* u = stack.back();
       stack.pop_back();
-      if (!seen.insert(u).second || targets.count(u) || u->op == Op::DETACH) continue;
-      if (live.count(u)) return u;
+      if (!seen.insert(u).second || targets.count(u) || u->op == Op::DETACH || !visit(u)) continue;
       for (const UOpPtr& s : u->src) stack.push_back(s.get());
     }
-    return nullptr;
   }
 
   // The live entries, copied so that walks need no lock.
@@ -376,20 +385,14 @@ struct Autograd {
   static UOpPtr unrealized(const UOpPtr& root, const std::unordered_set<const UOp*>& targets,
                            const std::unordered_map<const UOp*, UOpPtr>& behind, std::unordered_map<const UOp*, UOpPtr>& memo) {
     std::unordered_map<const UOp*, UOpPtr> replace;
-    std::unordered_set<const UOp*> seen;
-    std::vector<const UOp*> stack{root.get()};
-    while (!stack.empty()) {
-      const UOp* u = stack.back();
-      stack.pop_back();
-      if (!seen.insert(u).second || targets.count(u) || u->op == Op::DETACH) continue;
-      if (auto it = behind.find(u); it != behind.end()) {
-        auto [slot, fresh] = memo.try_emplace(u, nullptr);
-        if (fresh) slot->second = unrealized(it->second, targets, behind, memo);
-        replace[u] = slot->second;
-        continue;
-      }
-      for (const UOpPtr& s : u->src) stack.push_back(s.get());
-    }
+    gradient_walk(root, targets, [&](const UOp* u) {
+      auto it = behind.find(u);
+      if (it == behind.end()) return true;
+      auto [slot, fresh] = memo.try_emplace(u, nullptr);
+      if (fresh) slot->second = unrealized(it->second, targets, behind, memo);
+      replace[u] = slot->second;
+      return false;
+    });
     return replace.empty() ? root : substitute(root, replace);
   }
 
