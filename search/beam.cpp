@@ -20,11 +20,9 @@ namespace kiln {
 std::string SearchOptions::params() const {
   // Only what changes which opts win; limits and the progress callback do not.
   // An exhaustive search has no beam, threshold or rounds: its key leaves them out.
-  if (exhaustive_depth > 0)
-    return cat("exhaustive=", exhaustive_depth, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6,
-               " min_gain=", min_gain);
-  return cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds, " runs=", timing_runs,
-             " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain);
+  std::string how = exhaustive_depth > 0 ? cat("exhaustive=", exhaustive_depth)
+                                         : cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds);
+  return cat(how, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain);
 }
 
 namespace {

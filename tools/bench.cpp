@@ -391,24 +391,14 @@ void realize_overhead(BenchResult& r, const Plan& plan) {
 // Points the on-disk compile cache at an empty directory while it lives, so compiles cannot hit it.
 class FreshCacheDir {
  public:
-  FreshCacheDir() : saved_(config().cache_dir) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-bench-cache-XXXXXX").string();
-    if (!mkdtemp(pattern.data()))
-      throw Error(cat("bench: cannot create a temporary cache directory ", pattern, ": ", std::strerror(errno),
-                      "; set TMPDIR to a writable directory"));
-    path_ = pattern;
-    config().cache_dir = path_;
-  }
-  ~FreshCacheDir() {
-    config().cache_dir = saved_;
-    std::error_code ignored;  // a leftover directory in $TMPDIR is harmless
-    std::filesystem::remove_all(path_, ignored);
-  }
+  FreshCacheDir() : saved_(config().cache_dir) { config().cache_dir = dir_.path.string(); }
+  ~FreshCacheDir() { config().cache_dir = saved_; }
   FreshCacheDir(const FreshCacheDir&) = delete;
   FreshCacheDir& operator=(const FreshCacheDir&) = delete;
 
  private:
-  std::string saved_, path_;
+  std::string saved_;
+  TempDir dir_{"bench-cache"};
 };
 
 void new_kernel(BenchResult& r, const Plan& plan) {

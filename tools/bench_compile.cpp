@@ -38,16 +38,12 @@ ChildRun run_kiln(const std::string& device, const std::vector<std::string>& arg
   std::error_code ec;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw Error(cat("bench compile: cannot find this kiln's path (/proc/self/exe): ", ec.message()));
-  std::string dir = (std::filesystem::temp_directory_path() / "kiln-bench-compile-XXXXXX").string();
-  if (!mkdtemp(dir.data()))
-    throw Error(cat("bench compile: cannot create a temporary cache directory ", dir, ": ", std::strerror(errno),
-                    "; set TMPDIR to a writable directory"));
-  std::vector<std::string> argv{"env", cat("KILN_CACHE_DIR=", dir), exe.string(), "--device", device};
+  bench::TempDir cache("bench-compile");
+  std::vector<std::string> argv{"env", cat("KILN_CACHE_DIR=", cache.path.string()), exe.string(), "--device", device};
   argv.insert(argv.end(), args.begin(), args.end());
   auto start = Clock::now();
   ProcessResult r = run_process(argv);
   ChildRun out{bench::seconds_since(start), std::move(r.output)};
-  std::filesystem::remove_all(dir, ec);
   if (r.exit_code != 0) {
     std::string cmd;
     for (size_t i = 2; i < argv.size(); ++i) cmd += (i > 2 ? " " : "") + argv[i];

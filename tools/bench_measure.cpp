@@ -113,4 +113,17 @@ std::optional<double> OtherLoad::cores() const {
   return std::max(0.0, *busy - *busy_ - (own_seconds() - own_)) / seconds_since(start_);
 }
 
+TempDir::TempDir(const std::string& what) {
+  std::string pattern = (std::filesystem::temp_directory_path() / ("kiln-" + what + "-XXXXXX")).string();
+  if (!mkdtemp(pattern.data()))
+    throw Error(cat("bench: cannot create a temporary directory ", pattern, ": ", std::strerror(errno),
+                    "; set TMPDIR to a writable directory"));
+  path = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;  // leftovers in $TMPDIR are harmless; a failed cleanup must not hide a real error
+  std::filesystem::remove_all(path, ignored);
+}
+
 }  // namespace kiln::bench

@@ -8,6 +8,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,15 @@ class OtherLoad {
   Clock::time_point start_;
   std::optional<double> busy_;
   double own_;
+};
+
+// A fresh directory under $TMPDIR ("kiln-<what>-XXXXXX") that removes itself; Error if none can be made.
+struct TempDir {
+  explicit TempDir(const std::string& what);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path path;
 };
 
 }  // namespace kiln::bench

@@ -1,4 +1,5 @@
 #include "bench_reference.h"
+#include "bench_measure.h"
 
 #include <dlfcn.h>
 
@@ -38,22 +39,6 @@ ProcessResult run_gcc(const std::vector<std::string>& argv) {
   }
 }
 
-// A directory under $TMPDIR that removes itself.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kiln-bench-XXXXXX").string();
-    if (!mkdtemp(pattern.data()))
-      throw Error(cat("bench: cannot create a temporary directory ", pattern, ": ", std::strerror(errno),
-                      "; set TMPDIR to a writable directory"));
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;  // leftovers in $TMPDIR are harmless; a failed cleanup must not hide a real error
-    std::filesystem::remove_all(path, ignored);
-  }
-};
-
 template <typename Fn>
 void bind(void* library, const char* name, Fn& fn) {
   fn = reinterpret_cast<Fn>(dlsym(library, name));
@@ -65,7 +50,7 @@ void bind(void* library, const char* name, Fn& fn) {
 
 CReference CReference::build() {
   auto start = std::chrono::steady_clock::now();
-  TempDir dir;
+  bench::TempDir dir("bench");
   std::filesystem::path source = dir.path / "bench_reference.c", library = dir.path / "bench_reference.so";
   std::ofstream out(source);
   out << kBenchReferenceSource;

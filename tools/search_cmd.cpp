@@ -222,6 +222,9 @@ std::string fixed(double v, int digits) {
   return out.str();
 }
 
+// A kernel's name for the 28-character first column, shortened with "..." when longer.
+std::string column_name(const std::string& name) { return name.size() > 27 ? name.substr(0, 24) + "..." : name; }
+
 // The live line: one per update on a terminal (rewritten in place), one per round otherwise.
 class ProgressLine {
  public:
@@ -286,8 +289,7 @@ void print_table(const std::string& title, int beam, int depth, const DeviceSpec
     } else {
       ++hits;
     }
-    std::string name = r.tuned.name.size() > 27 ? r.tuned.name.substr(0, 24) + "..." : r.tuned.name;
-    std::cout << std::left << std::setw(28) << name << std::right << std::setw(11) << us(r.default_s) << std::setw(10)
+    std::cout << std::left << std::setw(28) << column_name(r.tuned.name) << std::right << std::setw(11) << us(r.default_s) << std::setw(10)
               << us(r.best_s) << std::setw(8) << fixed(r.default_s / r.best_s, 2) << std::setw(9) << fixed(gflops, 1)
               << std::setw(8) << fixed(gbs, 1) << std::setw(7) << fixed(100 * gflops / refs.fma_gflops, 1)
               << std::setw(7) << fixed(100 * gbs / refs.triad_gbs, 1) << std::setw(26) << search << "  "
@@ -332,8 +334,7 @@ void print_table(const std::string& title, int beam, int depth, const DeviceSpec
               << "beam us" << std::setw(18) << "beam/exhaustive" << "  beam opts\n";
     for (const Row& r : rows)
       if (r.beam_s) {
-        std::string name = r.tuned.name.size() > 27 ? r.tuned.name.substr(0, 24) + "..." : r.tuned.name;
-        std::cout << std::left << std::setw(28) << name << std::right << std::setw(15) << us(r.best_s) << std::setw(10)
+        std::cout << std::left << std::setw(28) << column_name(r.tuned.name) << std::right << std::setw(15) << us(r.best_s) << std::setw(10)
                   << us(*r.beam_s) << std::setw(18) << fixed(*r.beam_s / r.best_s, 3) << "  "
                   << (r.beam_opts.empty() ? "(none)" : to_string(r.beam_opts))
                   << (r.beam_opts == r.tuned.entry.opts ? "  (the same opts)" : "") << "\n";
