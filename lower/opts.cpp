@@ -536,17 +536,25 @@ int64_t total_iterations(const UOpPtr& sink) {
   return total;
 }
 
-bool has_transcendental(const UOpPtr& sink) {
+// A math function that a vector computes lane by lane, a call per lane: sin, exp2 and log2 (float32's
+// are ALU ops on the CPU by now), and sqrt except in LLVM IR, where llvm.sqrt of a vector is one
+// instruction (vsqrtps).
+bool lane_by_lane(const UOpPtr& u, const DeviceSpec& spec) {
+  return u->op == Op::EXP2 || u->op == Op::LOG2 || u->op == Op::SIN || (u->op == Op::SQRT && spec.lang != Language::LLVM);
+}
+
+bool has_transcendental(const UOpPtr& sink, const DeviceSpec& spec) {
   for (const UOpPtr& u : toposort(sink))
-    if (u->op == Op::EXP2 || u->op == Op::LOG2 || u->op == Op::SIN || u->op == Op::SQRT) return true;
+    if (lane_by_lane(u, spec)) return true;
   return false;
 }
 
-// A transcendental computed anew at each step of the loop r (one that does not depend on r, such as
-// batch norm's per-channel 1/sqrt(var+eps) inside a loop over pixels, is computed outside it).
-bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r) {
+// A lane-by-lane math function computed anew at each step of the loop r (one that does not depend on r,
+// such as batch norm's per-channel 1/sqrt(var+eps) inside a loop over NCHW pixels, is computed outside
+// it; in an NHWC loop it is computed per channel vector).
+bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r, const DeviceSpec& spec) {
   for (const UOpPtr& u : toposort(sink))
-    if ((u->op == Op::EXP2 || u->op == Op::LOG2 || u->op == Op::SIN || u->op == Op::SQRT) && depends_on(u, r)) return true;
+    if (lane_by_lane(u, spec) && depends_on(u, r)) return true;
   return false;
 }
 
@@ -575,7 +583,8 @@ Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<co
 // The default heuristics, for kernels of one store (multi-store kernels get threads only):
 // - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes (not when
 //   the kernel calls a math function inside that loop, which a vector would call lane by lane: sin,
-//   sqrt, float64 exp2/log2; the CPU's float32 exp2 and log2 are ALU ops by then, lower/transcendental.h);
+//   sqrt outside LLVM IR, float64 exp2/log2; the CPU's float32 exp2 and log2 are ALU ops by then,
+//   lower/transcendental.h);
 // - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
 //   or two vectors of outputs per iteration. The vector is the innermost output loop that the loads
 //   walk contiguously and unmasked (a conv's output channels, not its padded width; else 16 or 8
@@ -609,7 +618,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       }
   };
   const int last_reduce = static_cast<int>(axes.size()) - 1;
-  if (sink->src.size() == 1 && (reduces || !has_transcendental_along(sink, axes[outputs.back()].range))) {
+  if (sink->src.size() == 1 && (reduces || !has_transcendental_along(sink, axes[outputs.back()].range, spec))) {
     const UOpPtr& store = sink->src[0];
     auto lanes_for = [&](int axis, bool strict) {
       int64_t lanes = register_lanes(store->src[1]->dtype, spec);
@@ -716,7 +725,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     bool chained = false;  // a reduction the compiler cannot reassociate
     for (const UOpPtr& u : toposort(sink))
       chained |= u->op == Op::REDUCE && u->arg_as<Op>() != Op::ADD;
-    if (chained && !is_gpu(spec) && opts.empty() && !has_transcendental(sink) && axes[last_reduce].kind == AxisKind::Reduce &&
+    if (chained && !is_gpu(spec) && opts.empty() && !has_transcendental(sink, spec) && axes[last_reduce].kind == AxisKind::Reduce &&
         loads_contiguously(sink, axes[last_reduce].range)) {
       if (remaining[last] % 4 == 0 && remaining[last] >= 8) {
         opts.push_back({OptOp::UPCAST, last, 4});

@@ -36,8 +36,20 @@ UOpPtr linear_index(const Shape& shape, const std::vector<UOpPtr>& idx) {
   return simplify(out);
 }
 
-KernelBuilder::KernelBuilder(ShapeCache& shapes, std::function<UOpPtr(const UOpPtr&)> stored_buffer)
-    : shapes_(shapes), stored_buffer_(std::move(stored_buffer)) {}
+UOpPtr linear_index(const Shape& shape, const std::vector<UOpPtr>& idx, const Layout& layout) {
+  if (layout.empty()) return linear_index(shape, idx);
+  Shape s;
+  std::vector<UOpPtr> i;
+  for (int64_t axis : layout) {
+    s.push_back(shape[static_cast<size_t>(axis)]);
+    i.push_back(idx[static_cast<size_t>(axis)]);
+  }
+  return linear_index(s, i);
+}
+
+KernelBuilder::KernelBuilder(ShapeCache& shapes, std::function<UOpPtr(const UOpPtr&)> stored_buffer,
+                             std::function<const Layout*(const UOpPtr&)> layout_of)
+    : shapes_(shapes), stored_buffer_(std::move(stored_buffer)), layout_of_(std::move(layout_of)) {}
 
 UOpPtr KernelBuilder::global(const UOpPtr& buffer) {
   size_t slot = 0;
@@ -46,19 +58,25 @@ UOpPtr KernelBuilder::global(const UOpPtr& buffer) {
   return UOp::make(Op::DEFINE_GLOBAL, buffer->dtype.ptr(), {}, static_cast<int64_t>(slot));
 }
 
-UOpPtr KernelBuilder::build(const UOpPtr& root, const UOpPtr& out_buffer) {
+UOpPtr KernelBuilder::build(const UOpPtr& root, const UOpPtr& out_buffer, const Layout& layout) {
   UOpPtr out = global(out_buffer);
   const Shape& shape = shapes_(root);
-  std::vector<UOpPtr> idx;
-  for (int64_t d : shape) idx.push_back(d == 1 ? idx_const(0) : range(next_axis_++, idx_const(d)));
+  // One loop per axis, numbered outer first in the order the value is stored in.
+  std::vector<UOpPtr> idx(shape.size());
+  for (size_t j = 0; j < shape.size(); ++j) {
+    size_t axis = layout.empty() ? j : static_cast<size_t>(layout[j]);
+    idx[axis] = shape[axis] == 1 ? idx_const(0) : range(next_axis_++, idx_const(shape[axis]));
+  }
+  out_idx_ = idx;
   UOpPtr value = index(root, idx, const_bool(true));
-  UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, out->dtype, {out, linear_index(shape, idx)}), value});
+  UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, out->dtype, {out, linear_index(shape, idx, layout)}), value});
   return UOp::make(Op::SINK, dtypes::void_, {store});
 }
 
 UOpPtr KernelBuilder::load(const UOpPtr& buffer, const Shape& shape, const std::vector<UOpPtr>& idx, const UOpPtr& valid) {
   UOpPtr ptr = global(buffer);
-  UOpPtr address = UOp::make(Op::INDEX, ptr->dtype, {ptr, linear_index(shape, idx)});
+  const Layout* layout = layout_of_ ? layout_of_(buffer) : nullptr;
+  UOpPtr address = UOp::make(Op::INDEX, ptr->dtype, {ptr, linear_index(shape, idx, layout ? *layout : Layout{})});
   if (is_true(valid)) return UOp::make(Op::LOAD, buffer->dtype, {address});
   // A gated load reads 0 where the index is invalid (padding), without touching memory there.
   return UOp::make(Op::LOAD, buffer->dtype, {address, const_of(buffer->dtype, int64_t{0}), valid});

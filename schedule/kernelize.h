@@ -14,6 +14,11 @@
 //            condition that also gates the loads beneath it, so nothing out of bounds is read.
 // A fused REDUCE_AXIS opens one new RANGE per reduced axis and becomes a REDUCE over them. Stored
 // nodes (buffers, earlier kernels' outputs) become LOADs from a DEFINE_GLOBAL slot.
+//
+// A stored value need not lie in memory in its own axis order: its Layout names the order of its axes
+// in memory, outer first (the scheduler keeps an intermediate in the layout its kernel reads most, see
+// schedule.cpp). A kernel built with a layout loops over its axes in that order and stores in it;
+// loads of a value stored so index it the same way. An empty Layout is row-major.
 #pragma once
 #include <functional>
 #include <map>
@@ -23,13 +28,18 @@
 
 namespace kiln {
 
+using Layout = std::vector<int64_t>;  // axes in memory order, outer first; empty: row-major
+
 class KernelBuilder {
  public:
   // stored_buffer(u): the BUFFER holding u's value if u is read from memory in this kernel, else null.
-  KernelBuilder(ShapeCache& shapes, std::function<UOpPtr(const UOpPtr&)> stored_buffer);
+  // layout_of(buffer): the layout of a stored value's BUFFER (null or empty: row-major).
+  KernelBuilder(ShapeCache& shapes, std::function<UOpPtr(const UOpPtr&)> stored_buffer,
+                std::function<const Layout*(const UOpPtr& buffer)> layout_of = nullptr);
 
-  UOpPtr build(const UOpPtr& root, const UOpPtr& out_buffer);
+  UOpPtr build(const UOpPtr& root, const UOpPtr& out_buffer, const Layout& layout = {});
   const std::vector<UOpPtr>& buffers() const { return bufs_; }
+  const std::vector<UOpPtr>& output_index() const { return out_idx_; }  // build's index per axis of the root
 
  private:
   UOpPtr index(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid);
@@ -39,7 +49,9 @@ class KernelBuilder {
 
   ShapeCache& shapes_;
   std::function<UOpPtr(const UOpPtr&)> stored_buffer_;
+  std::function<const Layout*(const UOpPtr&)> layout_of_;
   std::vector<UOpPtr> bufs_;
+  std::vector<UOpPtr> out_idx_;
   int64_t next_axis_ = 0;
   std::map<std::vector<const UOp*>, UOpPtr> memo_;  // (node, indices..., valid) -> value
   std::vector<UOpPtr> pinned_;                       // the memo keys' index nodes, kept alive
@@ -47,5 +59,7 @@ class KernelBuilder {
 
 // The index expression of a contiguous row-major layout: sum of idx[i] * stride[i].
 UOpPtr linear_index(const Shape& shape, const std::vector<UOpPtr>& idx);
+// The same for a value stored in `layout`: shape and indices taken in the layout's order.
+UOpPtr linear_index(const Shape& shape, const std::vector<UOpPtr>& idx, const Layout& layout);
 
 }  // namespace kiln

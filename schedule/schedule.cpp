@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <numeric>
 #include <unordered_map>
 #include <set>
 #include <tuple>
@@ -10,6 +12,7 @@
 #include "schedule/kernelize.h"
 #include "schedule/repack.h"
 #include "schedule/split_reduce.h"
+#include "uop/symbolic.h"
 
 namespace kiln {
 
@@ -76,11 +79,56 @@ constexpr int kMaxRecomputeOps = 32;
 // `kiln bench train --quick --only mlp`, 3 rounds alternating: 159, 158, 147 -> 209, 181, 227 steps/s).
 constexpr int kMaxBroadcastOps = 4;
 
+// The layout an elementwise kernel stores an intermediate in: the order in which most of the bytes it
+// reads lie in memory. A conv computes its output with the channels innermost (NHWC, see
+// Tensor::conv2d), so the batch norm, ReLU and residual add after it read NHWC; stored row-major
+// (NCHW), each of them was a transpose that gathered its input lane by lane, and the next reduction
+// over both layouts (batch norm's backward) gathered one of them again. Only a full-size operand (as
+// many elements as the output, read at affine indices) votes, with its bytes; row-major wins ties. A
+// region with a reduction inside keeps row-major: its loop order is the reduction's.
+Layout preferred_layout(const UOpPtr& ast, const std::vector<UOpPtr>& bufs, const std::vector<UOpPtr>& out_idx, const Shape& shape) {
+  std::vector<size_t> axes;  // the axes that loop
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) axes.push_back(i);
+  if (axes.size() < 2) return {};
+  std::map<Layout, int64_t> votes;
+  for (const UOpPtr& u : toposort(ast)) {
+    if (u->op == Op::REDUCE) return {};
+    if (u->op != Op::INDEX || u->src[0]->op != Op::DEFINE_GLOBAL) continue;
+    size_t slot = static_cast<size_t>(u->src[0]->arg_as<int64_t>());
+    if (slot == 0 || bufs[slot]->arg_as<BufferArg>().size != numel(shape)) continue;
+    std::vector<std::pair<int64_t, int64_t>> strides;  // (stride, axis)
+    for (size_t a : axes) {
+      std::optional<int64_t> s = index_stride(u->src[1], out_idx[a]);
+      if (!s || *s <= 0) break;
+      strides.push_back({*s, static_cast<int64_t>(a)});
+    }
+    if (strides.size() != axes.size()) continue;
+    std::stable_sort(strides.begin(), strides.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    Layout order;
+    for (size_t i = 0; i < shape.size(); ++i)
+      if (shape[i] == 1) order.push_back(static_cast<int64_t>(i));
+    for (const auto& [stride, axis] : strides) order.push_back(axis);
+    votes[order] += numel(shape) * static_cast<int64_t>(bufs[slot]->dtype.itemsize());
+  }
+  // Size-1 axes go first in a vote's order: row-major's own vote is the order with them moved there.
+  Layout row_major_vote;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] == 1) row_major_vote.push_back(static_cast<int64_t>(i));
+  for (size_t a : axes) row_major_vote.push_back(static_cast<int64_t>(a));
+  int64_t best = votes.count(row_major_vote) ? votes[row_major_vote] : 0;
+  Layout chosen;
+  for (const auto& [order, bytes] : votes)
+    if (bytes > best) best = bytes, chosen = order;
+  return chosen;  // empty: row-major
+}
+
 class Scheduler {
  public:
   Scheduler(const BufferMaker& make_buffer, const RealizedLookup& realized) : make_buffer_(make_buffer), realized_(realized) {}
 
   Schedule run(const std::vector<UOpPtr>& outputs) {
+    for (const UOpPtr& out : outputs) outputs_.insert(out.get());
     count_users(outputs);
     for (const UOpPtr& out : outputs) mark_stored(out);
     // Grow the set of stored nodes until every kernel region is valid (see must_store).
@@ -205,6 +253,11 @@ class Scheduler {
     return it->second;
   }
 
+  const Layout* layout_of(const UOpPtr& buffer) const {
+    auto it = layouts_.find(buffer.get());
+    return it == layouts_.end() ? nullptr : &it->second;
+  }
+
   UOpPtr stored_buffer(const UOpPtr& u) {
     if (u->op == Op::BUFFER) return u;
     if (UOpPtr b = realized_(u)) return b;
@@ -241,9 +294,21 @@ class Scheduler {
       item.kind = ScheduleItem::Kind::Copy;
       item.bufs = {out, buffer_of(root->src[0])};
     } else {
-      KernelBuilder kb(shapes_, [this, &root](const UOpPtr& u) { return u == root ? nullptr : stored_buffer(u); });
-      item.ast = kb.build(root, out);
-      item.bufs = kb.buffers();
+      auto build = [&](const Layout& layout) {
+        KernelBuilder kb(shapes_, [this, &root](const UOpPtr& u) { return u == root ? nullptr : stored_buffer(u); },
+                         [this](const UOpPtr& buffer) { return layout_of(buffer); });
+        item.ast = kb.build(root, out, layout);
+        item.bufs = kb.buffers();
+        return kb.output_index();
+      };
+      std::vector<UOpPtr> out_idx = build({});
+      // An intermediate (no output of the schedule) is stored in the layout its kernel reads most; an
+      // explicit contiguous() asks for row-major (conv2d's transposed weights).
+      if (!outputs_.count(root.get()) && root->op != Op::ASSIGN && root->op != Op::CONTIGUOUS)
+        if (Layout layout = preferred_layout(item.ast, item.bufs, out_idx, shape); !layout.empty()) {
+          build(layout);
+          layouts_[out.get()] = std::move(layout);
+        }
       // Operands a reduction would read strided get a transposed copy first (schedule/repack.h).
       auto make_scratch = [this](const UOpPtr& beside, int64_t size, DType dtype) {
         scratch_.push_back(make_buffer_(beside->src[0], size, dtype));
@@ -287,6 +352,8 @@ class Scheduler {
   std::vector<UOpPtr> roots_;
   std::unordered_map<const UOp*, UOpPtr> buffers_;
   std::vector<UOpPtr> scratch_;  // buffers only the scheduler's own copies write (repack)
+  std::unordered_set<const UOp*> outputs_;              // the requested outputs: row-major, users read them
+  std::unordered_map<const UOp*, Layout> layouts_;      // by BUFFER: intermediates not stored row-major
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Kernel counts for known graphs: the fusion rules of schedule/schedule.cpp, held to their word.
 #include "frontend/tensor.h"
 #include "helpers.h"
+#include "uop/symbolic.h"
 
 using namespace kiln;
 
@@ -180,4 +181,55 @@ TEST_CASE("very long graphs schedule without overflowing the stack", "[schedule]
   for (int i = 0; i < 3000; ++i) stored = (stored + 1.0).contiguous();  // 3000 kernels in a chain
   CHECK(Tensor::schedule({fused}).items.size() == 1);  // scheduling only: compiling 20000 statements is slow
   CHECK(Tensor::schedule({stored}).items.size() == 3000);
+}
+
+TEST_CASE("an intermediate is stored in the layout its kernel reads: NHWC after a channels-last value", "[schedule]") {
+  // y reads `a`, stored (N, H, W, C), as (N, C, H, W), and two reductions read y, so y is stored (81 ALU
+  // ops per element is too many to recompute in each). Stored row-major it would be a transpose that
+  // gathers `a` lane by lane; the scheduler keeps it channels-last, like `a`: its kernel loops with C
+  // innermost and walks both its load and its store contiguously there. Values are unchanged.
+  const int64_t N = 2, C = 24, H = 5, W = 7;
+  auto build = [&](const Tensor& nchw) {
+    Tensor y = nchw;
+    for (int i = 0; i < 40; ++i) y = y * 1.01 + 0.1;
+    y = y.relu();
+    return std::vector<Tensor>{y.sum({0, 2, 3}), y.max({1})};
+  };
+  // The loop the store walks contiguously (stride 1), by its size, in the kernel that stores y.
+  auto contiguous_loop = [](const std::vector<Tensor>& outs) {
+    int64_t size = -1;
+    for (const ScheduleItem& item : Tensor::schedule(outs).items) {
+      std::vector<UOpPtr> nodes = toposort(item.ast);
+      if (std::any_of(nodes.begin(), nodes.end(), [](const UOpPtr& u) { return u->op == Op::REDUCE; })) continue;
+      const UOpPtr& index = item.ast->src[0]->src[0]->src[1];  // SINK(STORE(INDEX(out, index), value))
+      for (const UOpPtr& u : nodes)
+        if (u->op == Op::RANGE && index_stride(index, u) == 1) size = u->end()->vmax();
+    }
+    return size;
+  };
+  Tensor a = (rand_like_shape({N, H, W, C}) * 0.25).realize();
+  std::vector<Tensor> nhwc = build(a.permute({0, 3, 1, 2}));
+  CHECK(kernels(nhwc) == 3);
+  CHECK(contiguous_loop(nhwc) == C);
+  Tensor b = (rand_like_shape({N, C, H, W}) * 0.25).realize();
+  CHECK(contiguous_loop(build(b)) == W);  // row-major input: row-major intermediate
+  std::vector<float> av = a.to_vector<float>(), sums = nhwc[0].to_vector<float>(), maxes = nhwc[1].to_vector<float>();
+  auto f = [](double v) {
+    for (int i = 0; i < 40; ++i) v = double(float(float(v) * 1.01f) + 0.1f);
+    return std::max(v, 0.0);
+  };
+  for (int64_t c = 0; c < C; ++c) {
+    double want = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w) want += f(av[static_cast<size_t>(((n * H + h) * W + w) * C + c)]);
+    CHECK(sums[static_cast<size_t>(c)] == Approx(want).epsilon(1e-4));
+  }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t w = 0; w < W; ++w) {
+        double want = 0;
+        for (int64_t c = 0; c < C; ++c) want = std::max(want, f(av[static_cast<size_t>(((n * H + h) * W + w) * C + c)]));
+        CHECK(maxes[static_cast<size_t>((n * H + h) * W + w)] == Approx(want).epsilon(1e-4));
+      }
 }
