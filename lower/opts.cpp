@@ -711,6 +711,27 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     }
     if (vector && tile_rows > 0) tile_vector = last;
     if (vector && !reduces && gathers_across_pages(sink, r)) gather_vector = last;
+    // A transpose: some load gathers the vector's lanes, but walks another output axis contiguously.
+    // Copies of the vector along that axis read each gathered line whole (16 lanes from 16 lines,
+    // then the next 15 vectors from the same lines, in L1) instead of one float per line per pass.
+    if (vector && !reduces) {
+      for (const UOpPtr& u : toposort(sink)) {
+        if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
+        const UOpPtr& index = u->src[0]->src[1];
+        std::optional<int64_t> along = index_stride(index, r);
+        if (!along || *along == 0 || *along == 1) continue;
+        for (size_t j = outputs.size(); j-- > 0;) {
+          int a = outputs[j];
+          if (a == last || index_stride(index, axes[a].range) != 1) continue;
+          if (int64_t copies = pow2_divisor(remaining[a], lanes); copies >= 4) {
+            opts.push_back({OptOp::UPCAST, a, copies});
+            remaining[a] /= copies;
+          }
+          break;
+        }
+        break;
+      }
+    }
     // A vector with no rows is one accumulator: each step's FMA waits for the last one (4 cycles).
     // Folding 4 steps of the innermost reduce loop into each update leaves one dependent add per 4
     // products (a weight gradient of 16 output channels, 6 input channels and 5x5 taps:

@@ -162,25 +162,42 @@ class Scheduler {
     if (stored_.insert(u.get()).second) roots_.push_back(u);
   }
 
+  // How a region reaches a node from its root: through which kinds of views and nodes.
+  struct Path {
+    bool expanded = false;   // an EXPAND that broadcasts
+    bool padded = false;     // a PAD that adds elements
+    bool permuted = false;   // a PERMUTE that reorders axes of more than one element
+    bool in_reduce = false;  // inside a REDUCE_AXIS
+    bool shared = false;     // below a node with several consumers
+    auto operator<=>(const Path&) const = default;
+  };
+
   // The one cost function: whether a node inside a kernel's region is stored instead of fused.
   //  - CONTIGUOUS and COPY are stored by definition;
   //  - a REDUCE_AXIS is stored if it is broadcast back (read through an EXPAND: fusing would redo
   //    the whole reduction per element), read through a PAD (`padded`: a piece of a cat, a phase of a
   //    strided conv's input gradient, the gradient of a slice; fused, the consumer would run the
   //    reduction's loops for every element, masked where the piece is absent, once per piece; stored,
-  //    each reduction runs dense in its own kernel), read inside another reduction, or read by several
-  //    consumers, directly or through a node that several consumers share (`shared`: that node is
-  //    recomputed in each of them, and the reduction with it);
+  //    each reduction runs dense in its own kernel), read through a PERMUTE while it reads through a
+  //    PAD itself (`permuted`: fused, the kernel loops in its output's order, whose innermost axis
+  //    is gated lane by lane (a padded conv's width), so the vector goes to another axis and its
+  //    lanes are stored scattered: a padded conv returned NCHW wrote each vector of output channels
+  //    a plane apart, 20 GFLOP/s for a 3->32 channel stem at 32x32; stored in its own NHWC order and
+  //    transposed after, 183. Without the PAD the output's innermost axis takes the vector, and a
+  //    weight gradient g^T.x fused into its transpose ran 7x faster than in its own order), read inside another
+  //    reduction, or read by several consumers, directly or through a node that several consumers
+  //    share (`shared`: that node is recomputed in each of them, and the reduction with it);
   //  - an elementwise node read through an EXPAND inside a reduction is stored when it costs more
   //    than kMaxBroadcastOps ALU ops (each of its values is used many times there);
   //  - an elementwise node with consumers outside the region is stored only when recomputing it
   //    costs more than kMaxRecomputeOps ALU ops per element. Consumers inside the region cost
   //    nothing: a kernel is a DAG and computes a shared node once.
-  bool must_store(const UOpPtr& u, bool expanded, bool padded, bool in_reduce, bool shared) {
+  bool must_store(const UOpPtr& u, const Path& p) {
     if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return true;
     int users = users_[u.get()];
-    if (u->op == Op::REDUCE_AXIS) return expanded || padded || in_reduce || shared || users > 1;
-    if (expanded && in_reduce && is_alu(u->op) && alu_cost(u) > kMaxBroadcastOps) return true;
+    if (u->op == Op::REDUCE_AXIS)
+      return p.expanded || p.padded || (p.permuted && reads_through_pad(u)) || p.in_reduce || p.shared || users > 1;
+    if (p.expanded && p.in_reduce && is_alu(u->op) && alu_cost(u) > kMaxBroadcastOps) return true;
     auto inside = region_users_.find(u.get());
     int outside = users - (inside == region_users_.end() ? 0 : inside->second);
     return outside > 0 && users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps;
@@ -216,33 +233,62 @@ class Scheduler {
   }
 
   void explore_region(const UOpPtr& root) {
-    struct Item {
-      UOpPtr node;
-      bool expanded, padded, in_reduce, shared;
-    };
-    std::vector<Item> stack;
-    count_region_users(root);
-    for (const UOpPtr& s : root->src) stack.push_back({s, false, false, root->op == Op::REDUCE_AXIS, false});
     if (root->op == Op::COPY) {  // a copy reads its source from a buffer
       if (!is_leaf(root->src[0])) mark_stored(root->src[0]);
       return;
     }
-    std::set<std::tuple<const UOp*, bool, bool, bool, bool>> seen;
+    count_region_users(root);
+    std::vector<std::pair<UOpPtr, Path>> stack;
+    for (const UOpPtr& s : root->src) stack.push_back({s, below(root, Path{})});
+    std::set<std::pair<const UOp*, Path>> seen;
     while (!stack.empty()) {
-      Item it = stack.back();
+      auto [u, p] = stack.back();
       stack.pop_back();
-      const UOpPtr& u = it.node;
       if (is_leaf(u) || stored_.count(u.get())) continue;
-      if (!seen.insert({u.get(), it.expanded, it.padded, it.in_reduce, it.shared}).second) continue;
-      if (must_store(u, it.expanded, it.padded, it.in_reduce, it.shared)) {
+      if (!seen.insert({u.get(), p}).second) continue;
+      if (must_store(u, p)) {
         mark_stored(u);
         continue;
       }
-      bool expands = u->op == Op::EXPAND && numel(shapes_(u)) != numel(shapes_(u->src[0]));
-      bool pads = u->op == Op::PAD && numel(shapes_(u)) != numel(shapes_(u->src[0]));
-      for (const UOpPtr& s : u->src)
-        stack.push_back({s, it.expanded || expands, it.padded || pads, it.in_reduce || u->op == Op::REDUCE_AXIS, it.shared || users_[u.get()] > 1});
+      Path q = below(u, p);
+      q.shared |= users_[u.get()] > 1;
+      for (const UOpPtr& s : u->src) stack.push_back({s, q});
     }
+  }
+
+  // The path to u's sources, given the path to u.
+  Path below(const UOpPtr& u, Path p) {
+    p.expanded |= u->op == Op::EXPAND && numel(shapes_(u)) != numel(shapes_(u->src[0]));
+    p.padded |= u->op == Op::PAD && numel(shapes_(u)) != numel(shapes_(u->src[0]));
+    p.permuted |= u->op == Op::PERMUTE && reorders(u);
+    p.in_reduce |= u->op == Op::REDUCE_AXIS;
+    return p;
+  }
+
+  // Whether u's region reads something through a PAD that adds elements (loads gated per element).
+  bool reads_through_pad(const UOpPtr& u) {
+    std::vector<UOpPtr> stack(u->src.begin(), u->src.end());
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty()) {
+      UOpPtr n = std::move(stack.back());
+      stack.pop_back();
+      if (!seen.insert(n.get()).second || is_leaf(n) || stored_.count(n.get())) continue;
+      if (n->op == Op::PAD && numel(shapes_(n)) != numel(shapes_(n->src[0]))) return true;
+      stack.insert(stack.end(), n->src.begin(), n->src.end());
+    }
+    return false;
+  }
+
+  // Whether a PERMUTE moves axes of more than one element relative to each other.
+  bool reorders(const UOpPtr& permute) {
+    const Shape& in = shapes_(permute->src[0]);
+    int64_t last = -1;
+    for (int64_t axis : std::get<std::vector<int64_t>>(permute->arg)) {
+      if (in[static_cast<size_t>(axis)] == 1) continue;
+      if (axis < last) return true;
+      last = axis;
+    }
+    return false;
   }
 
   UOpPtr buffer_of(const UOpPtr& u) {

@@ -150,7 +150,7 @@ TEST_CASE("the heuristics' opts are listed and reproduce lower_kernel", "[opts]"
   CHECK(l.kernel->opts == opts);
 }
 
-TEST_CASE("a transpose whose vector lanes gather across pages is split over threads along its vector axis", "[opts]") {
+TEST_CASE("a transpose is tiled along both axes, and split over threads along its vector axis when its lanes gather across pages", "[opts]") {
   // (128, 2048) -> (2048, 128): each lane of a 16-wide output vector reads another source row, 8 KiB
   // apart. Split along the vector axis, each thread walks only its own rows (fewer pages than the TLB
   // holds); a (32, 64) transpose, rows 256 bytes apart, keeps the outer split.
@@ -162,13 +162,16 @@ TEST_CASE("a transpose whose vector lanes gather across pages is split over thre
     REQUIRE(s.items.size() == 1);
     std::vector<Opt> opts = heuristic_opts(s.items[0].ast, spec);
     INFO(to_string(opts));
-    std::optional<int64_t> vector_axis, thread_axis;
+    std::optional<int64_t> vector_axis, copies_axis, thread_axis;  // the vector is the first UPCAST
     for (const Opt& o : opts) {
-      if (o.op == OptOp::UPCAST) vector_axis = o.axis;
+      if (o.op == OptOp::UPCAST) (vector_axis ? copies_axis : vector_axis) = o.axis;
       if (o.op == OptOp::THREAD) thread_axis = o.axis;
     }
     REQUIRE(vector_axis);
     if (spec.threads > 1 && thread_axis) CHECK((*thread_axis == *vector_axis) == (cols == 2048));
+    // Copies of the vector along the axis the source is contiguous in (a 16x16 tile: each gathered
+    // line is read whole, from L1).
+    CHECK(copies_axis == std::optional<int64_t>(1 - *vector_axis));
     // run_kernel fills slot 1 (the source) with its own values: the naive transpose of those.
     auto source = [](int64_t i) { return 0.25f + static_cast<float>((i * 7 + 13) % 29) / 16.0f; };
     std::vector<float> want(static_cast<size_t>(128 * cols));
