@@ -482,5 +482,24 @@ TEST_CASE("GPU-style heuristics fit their shared-memory reductions in the device
   }
 }
 
+
+TEST_CASE("a tile with no axis for rows takes eight vectors along its vector axis, with REF's results", "[opts]") {
+  // (7, 256) x (256, 512): 7 rows are not a multiple of 4, so no register rows; one vector would be one
+  // chain of FMAs, each waiting for the last. Eight vectors along the output columns are eight
+  // accumulators fed by the same broadcast of the left operand. The results equal REF's default kernel.
+  const DeviceSpec& spec = get_device("CPU").spec();
+  Tensor a = Tensor::rand({7, 256}).realize(), b = Tensor::rand({256, 512}).realize();
+  Schedule s = Tensor::schedule({a.matmul(b)});
+  REQUIRE(s.items.size() == 1);
+  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, spec);
+  INFO(to_string(opts));
+  int64_t lanes = 1;
+  std::set<int64_t> upcast_axes;
+  for (const Opt& o : opts)
+    if (o.op == OptOp::UPCAST) lanes *= o.amount, upcast_axes.insert(o.axis);
+  CHECK(upcast_axes.size() == 1);
+  CHECK(lanes == 8 * std::clamp<int64_t>(spec.vector_bytes / 4, 2, 16));  // eight registers of float32 lanes
+  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
+}
 }  // namespace
 }  // namespace kiln
