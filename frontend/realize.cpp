@@ -180,9 +180,16 @@ class KernelCache {
       observer(ast);
     }
     // KILN_BEAM: the tuning cache's opts, or a search's (once per new kernel: this cache keeps the result).
+    auto start = std::chrono::steady_clock::now();
     LoweredKernel lowered = config().beam > 0 ? tuned_kernel(device, ast, kernel_buffers(bufs), config().beam)
                                               : lower_kernel(ast, device.spec());
+    auto lowered_at = std::chrono::steady_clock::now();
     compiled.program = device.load(device.compile(lowered.source, lowered.name));
+    if (config().debug >= 2) {
+      auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+      std::cerr << cat("kiln: built ", lowered.name, " in ", ms(start, std::chrono::steady_clock::now()), " ms (lowering ",
+                       ms(start, lowered_at), " ms)\n");
+    }
     compiled.lowered = std::move(lowered);
     ++g_lowered;
   }
