@@ -518,5 +518,32 @@ TEST_CASE("a pooling reduction gets no register rows for a load outside its loop
   CHECK(upcast_axes.size() == 1);
   expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
 }
+
+TEST_CASE("register rows only for a reduction that multiplies or selects across them, with REF's results", "[opts]") {
+  // A layer norm's sum of squares of x + pos (pos shared by the batch) reuses pos along the batch but
+  // multiplies nothing across it: no rows (its 8-row tile took 0.9 s to compile). An embedding's
+  // gradient selects g where the token matches each vocabulary row: rows share each load of g.
+  const DeviceSpec& spec = get_device("CPU").spec();
+  auto upcast_axes = [&](const ScheduleItem& item) {
+    std::vector<Opt> opts = heuristic_opts(item.ast, spec);
+    INFO(to_string(opts));
+    std::set<int64_t> axes;
+    for (const Opt& o : opts)
+      if (o.op == OptOp::UPCAST) axes.insert(o.axis);
+    return axes.size();
+  };
+  Tensor x = Tensor::rand({32, 64, 128}).realize(), pos = Tensor::rand({64, 128}).realize();
+  Tensor h = x + pos;
+  Schedule norm = Tensor::schedule({(h * h).sum({2})});
+  REQUIRE(norm.items.size() == 1);
+  CHECK(upcast_axes(norm.items[0]) <= 1);  // no rows
+  expect_close(run_kernel(norm.items[0], "CPU", nullptr), run_kernel(norm.items[0], "REF", nullptr));
+  Tensor tokens = Tensor::rand({512, 1, 1}).realize(), g = Tensor::rand({512, 1, 128}).realize();
+  Tensor rows = Tensor::arange(256).reshape({1, 256, 1}).cast(dtypes::float32);
+  Schedule embed = Tensor::schedule({tokens.lt(rows).where(g, g.zeros_like()).sum({0})});
+  REQUIRE(embed.items.size() == 1);
+  CHECK(upcast_axes(embed.items[0]) == 2);
+  expect_close(run_kernel(embed.items[0], "CPU", nullptr), run_kernel(embed.items[0], "REF", nullptr));
+}
 }  // namespace
 }  // namespace kiln
