@@ -21,7 +21,8 @@ std::string SearchOptions::params() const {
   // Only what changes which opts win; limits and the progress callback do not.
   // An exhaustive search has no beam, threshold or rounds: its key leaves them out.
   std::string how = exhaustive_depth > 0 ? cat("exhaustive=", exhaustive_depth)
-                                         : cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds);
+                                         : cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds,
+                                               " bare_seed_max_us=", bare_seed_max_s * 1e6);
   return cat(how, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain);
 }
 
@@ -162,7 +163,7 @@ class Engine {
     }
     if (options_.exhaustive_depth > 0) return exhaustive(std::move(beam));
     std::vector<std::vector<Opt>> starts = hooks_.seeds;
-    if (!hooks_.default_opts.empty()) starts.insert(starts.begin(), std::vector<Opt>{});
+    if (!hooks_.default_opts.empty() && default_.seconds < options_.bare_seed_max_s) starts.insert(starts.begin(), std::vector<Opt>{});
     for (Timed& t : evaluate(std::move(starts))) beam.push_back(std::move(t));
     std::erase_if(beam, [&](const Timed& t) { return !is_default(t) && t.seconds > best_seconds() * options_.early_stop; });
     std::vector<Timed> all = beam;

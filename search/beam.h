@@ -6,7 +6,8 @@
 //   SearchHooks hooks = ...;            // the engine alone, with injected pieces: tests use a fake timer
 //   SearchResult r = beam_search(hooks, options);
 //
-// The engine (beam_search) starts from the default opts, the bare kernel and any seeds, and keeps the
+// The engine (beam_search) starts from the default opts, the bare kernel (when the default is fast:
+// bare_seed_max_s) and any seeds, and keeps the
 // `beam` fastest opt lists. Each round it extends every kept list by
 // each single action (action_space), builds the new candidates in parallel on the thread pool, drops
 // those whose source is identical to one already seen, times the rest one after another (the minimum of
@@ -56,6 +57,10 @@ struct SearchOptions {
   int max_checks = 3;             // winners checked against the default before search settles for it
   double min_default_s = 50e-6;   // a kernel whose default launch is faster keeps the default opts: search
                                   // could save less than this per launch, for seconds of compiling
+  // BEAM starts from the bare kernel (no opts) too only when the default launch is faster than this: the
+  // bare kernel runs scalar on one core, hundreds of times slower than the default (the 1024^3 matmul's
+  // took 4.4 s of a 5.5 s search, and was disqualified), and the default's neighbours reach the rest.
+  double bare_seed_max_s = 2e-3;
   bool check = true;              // compare the winner's output with the default's (off only in tests)
   // No candidate finished building or timing for this long: the search is stalled (a hang in a compiler,
   // a kernel or kiln), and SearchHooks::on_stall reports what was in flight. 0: never.

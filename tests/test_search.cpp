@@ -81,6 +81,7 @@ SearchOptions options(int beam = 2) {
   o.beam = beam;
   o.launch_limit_s = 1e9;  // the fake times are seconds-long
   o.min_default_s = 0;     // and the real searches below are of tiny kernels
+  o.bare_seed_max_s = 1e9;  // the bare kernel is always a starting point
   return o;
 }
 
@@ -119,6 +120,23 @@ TEST_CASE("search: a kernel whose default is under min_default_s is kept without
   SearchResult searched = beam_search(again.hooks(), o);
   CHECK_FALSE(searched.too_small);
   CHECK(searched.opts.empty());
+}
+
+TEST_CASE("search: the bare kernel is a starting point only when the default is faster than bare_seed_max_s", "[search]") {
+  // The bare kernel of a big kernel runs scalar, hundreds of times slower than the default: timing it
+  // was most of a matmul's search. Above the threshold it is not tried (here it would have won).
+  for (double threshold : {2.0, 4.0}) {
+    CAPTURE(threshold);
+    FakeWorld w;
+    w.default_opts = {up(0, 2)};
+    w.times = {{"UPCAST(0,2)", 3.0}, {"", 1.0}};
+    SearchOptions o = options();
+    o.bare_seed_max_s = threshold;
+    SearchResult r = beam_search(w.hooks(), o);
+    bool tried = w.launches.count("") > 0;
+    CHECK(tried == (threshold > 3.0));
+    CHECK(r.opts.empty() == tried);
+  }
 }
 
 TEST_CASE("search: seeds start beside the default, and the fastest of them is extended", "[search]") {
