@@ -114,20 +114,32 @@ bool gathers_across_pages(const UOpPtr& sink, const UOpPtr& r) {
   return false;
 }
 
+// Whether u is computed inside a reduction loop of the kernel `nodes` (it depends on a reduce range);
+// with no reduction, every node is.
+class InsideLoop {
+ public:
+  explicit InsideLoop(const std::vector<UOpPtr>& nodes) {
+    for (const UOpPtr& u : nodes)
+      if (u->op == Op::REDUCE) ranges_.insert(ranges_.end(), u->src.begin() + 1, u->src.end());
+  }
+  bool operator()(const UOpPtr& u) const {
+    return ranges_.empty() || std::any_of(ranges_.begin(), ranges_.end(), [&](const UOpPtr& r) { return depends_on(u, r); });
+  }
+
+ private:
+  std::vector<UOpPtr> ranges_;
+};
+
 // Whether some load does not move along r (stride 0): its value is reused by every copy of r's
 // body, so unrolling r into a register tile saves loads. In a reduction only loads inside its loop
 // count: one outside it (a pooling kernel's per-channel scale) is loaded once per output anyway, and a
 // tile for it only multiplied the code (a max pool's 8x32 tile compiled for 0.66 s).
 bool reused_along(const UOpPtr& sink, const UOpPtr& r) {
-  std::vector<UOpPtr> nodes = toposort(sink), reduce_ranges;
+  std::vector<UOpPtr> nodes = toposort(sink);
+  InsideLoop in_loop(nodes);
   for (const UOpPtr& u : nodes)
-    if (u->op == Op::REDUCE) reduce_ranges.insert(reduce_ranges.end(), u->src.begin() + 1, u->src.end());
-  for (const UOpPtr& u : nodes) {
-    if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX || index_stride(u->src[0]->src[1], r) != 0) continue;
-    if (reduce_ranges.empty() ||
-        std::any_of(reduce_ranges.begin(), reduce_ranges.end(), [&](const UOpPtr& rr) { return depends_on(u->src[0]->src[1], rr); }))
+    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) == 0 && in_loop(u->src[0]->src[1]))
       return true;
-  }
   return false;
 }
 
@@ -137,12 +149,8 @@ bool reused_along(const UOpPtr& sink, const UOpPtr& r) {
 // of the second. A sum of squares or of a sum ((x - mean)^2 in a layer norm) has neither, and its 8-row
 // tile only multiplied the code (r_32_64_128 of a transformer: 0.9 s to compile).
 bool multiplies_across(const UOpPtr& sink, const UOpPtr& r) {
-  std::vector<UOpPtr> nodes = toposort(sink), reduce_ranges;
-  for (const UOpPtr& u : nodes)
-    if (u->op == Op::REDUCE) reduce_ranges.insert(reduce_ranges.end(), u->src.begin() + 1, u->src.end());
-  auto in_loop = [&](const UOpPtr& u) {
-    return std::any_of(reduce_ranges.begin(), reduce_ranges.end(), [&](const UOpPtr& rr) { return depends_on(u, rr); });
-  };
+  std::vector<UOpPtr> nodes = toposort(sink);
+  InsideLoop in_loop(nodes);
   auto across = [&](const UOpPtr& moves, const UOpPtr& stays) { return depends_on(moves, r) && !depends_on(stays, r) && in_loop(stays); };
   for (const UOpPtr& u : nodes) {
     if ((u->op == Op::MUL || u->op == Op::MULACC) && (across(u->src[0], u->src[1]) || across(u->src[1], u->src[0]))) return true;
