@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "lower/linearize.h"
+#include "lower/opt_kernel.h"
 #include "lower/upcast.h"
 #include "lower/transcendental.h"
 #include "uop/config.h"
@@ -63,36 +64,16 @@ std::optional<Opt> parse_opt(std::string_view text) {
 
 }  // namespace kiln
 
-
-namespace kiln {
-
-namespace {
-
-enum class AxisKind { Output, Reduce };
-
-struct Axis {
-  UOpPtr range;            // the loop that is left of the axis (its size shrinks as opts take factors)
-  AxisKind kind;
-  UOpPtr local = nullptr;  // LOCAL, GROUP: the range that becomes a work-item id
-  bool upcast = false, split = false;
-};
+namespace kiln::detail {
 
 bool is_gpu(const DeviceSpec& spec) { return spec.max_local > 0; }
 
-
-// The lanes of a vector of `element` that fill the device's vector register, clamped to 2..16.
 int64_t register_lanes(DType element, const DeviceSpec& spec) {
   if (spec.vector_bytes <= 0) return 0;
   return std::clamp<int64_t>(spec.vector_bytes / static_cast<int64_t>(element.itemsize()), 2, 16);
 }
 
-// Whether vector loads serve the loads along r: at least one load walks memory contiguously along r
-// under one gate for all lanes, and (strict) every other load that moves with r does too (loads that do
-// not move are broadcast). Not strict, the others are gathered lane by lane, as a scalar loop loads them
-// anyway: batch norm's sums over a conv's output (stored channels innermost) times an NCHW gradient
-// read the conv's output once per channel vector instead of once per channel. A load masked per lane
-// (a padded conv's image along its width) stays lane by lane.
-bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict = true) {
+bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict) {
   bool moves = false;
   for (const UOpPtr& u : toposort(sink)) {
     if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
@@ -104,71 +85,12 @@ bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict = true)
   return moves;
 }
 
-// Whether some load walks r with a stride of a page (4 KiB) or more: each vector lane on its own page.
-bool gathers_across_pages(const UOpPtr& sink, const UOpPtr& r) {
-  for (const UOpPtr& u : toposort(sink)) {
-    if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
-    std::optional<int64_t> stride = index_stride(u->src[0]->src[1], r);
-    if (stride && std::abs(*stride) * static_cast<int64_t>(u->dtype.itemsize()) >= 4096) return true;
-  }
-  return false;
-}
-
-// Whether u is computed inside a reduction loop of the kernel `nodes` (it depends on a reduce range);
-// with no reduction, every node is.
-class InsideLoop {
- public:
-  explicit InsideLoop(const std::vector<UOpPtr>& nodes) {
-    for (const UOpPtr& u : nodes)
-      if (u->op == Op::REDUCE) ranges_.insert(ranges_.end(), u->src.begin() + 1, u->src.end());
-  }
-  bool operator()(const UOpPtr& u) const {
-    return ranges_.empty() || std::any_of(ranges_.begin(), ranges_.end(), [&](const UOpPtr& r) { return depends_on(u, r); });
-  }
-
- private:
-  std::vector<UOpPtr> ranges_;
-};
-
-// Whether some load does not move along r (stride 0): its value is reused by every copy of r's
-// body, so unrolling r into a register tile saves loads. In a reduction only loads inside its loop
-// count: one outside it (a pooling kernel's per-channel scale) is loaded once per output anyway, and a
-// tile for it only multiplied the code (a max pool's 8x32 tile compiled for 0.66 s).
-bool reused_along(const UOpPtr& sink, const UOpPtr& r) {
-  std::vector<UOpPtr> nodes = toposort(sink);
-  InsideLoop in_loop(nodes);
-  for (const UOpPtr& u : nodes)
-    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) == 0 && in_loop(u->src[0]->src[1]))
-      return true;
-  return false;
-}
-
-// Whether the reduction combines a value that moves along r with one that does not, inside its loop,
-// by a product or a selection (a matmul's A times B, a conv's image times its weights, an embedding's
-// gradient selecting the output gradient where the token matches): rows along r then share each load
-// of the second. A sum of squares or of a sum ((x - mean)^2 in a layer norm) has neither, and its 8-row
-// tile only multiplied the code (r_32_64_128 of a transformer: 0.9 s to compile).
-bool multiplies_across(const UOpPtr& sink, const UOpPtr& r) {
-  std::vector<UOpPtr> nodes = toposort(sink);
-  InsideLoop in_loop(nodes);
-  auto across = [&](const UOpPtr& moves, const UOpPtr& stays) { return depends_on(moves, r) && !depends_on(stays, r) && in_loop(stays); };
-  for (const UOpPtr& u : nodes) {
-    if ((u->op == Op::MUL || u->op == Op::MULACC) && (across(u->src[0], u->src[1]) || across(u->src[1], u->src[0]))) return true;
-    if (u->op == Op::WHERE && (across(u->src[0], u->src[1]) || across(u->src[0], u->src[2]))) return true;
-  }
-  return false;
-}
-
 bool has_reduce(const UOpPtr& sink) {
   for (const UOpPtr& u : toposort(sink))
     if (u->op == Op::REDUCE) return true;
   return false;
 }
 
-// Whether UPCAST(r, lanes) can become vector lanes: the device has vectors of that many elements, and
-// every store walks r contiguously with the lanes in one register. In a reduction the loads inside the
-// loop decide (loads_contiguously); its stores, once per output, may scatter the lanes (a conv's
-// output channels: the weights are contiguous along them, the output is not).
 bool vector_eligible(const UOpPtr& sink, const UOpPtr& r, int64_t lanes, const DeviceSpec& spec) {
   if (sink->src.empty()) return false;
   DType element = sink->src[0]->src[1]->dtype;
@@ -179,6 +101,14 @@ bool vector_eligible(const UOpPtr& sink, const UOpPtr& r, int64_t lanes, const D
     if (store->op != Op::STORE || (!reduces && !is_contiguous(store->src[0]->src[1], r))) return false;
   return !reduces || loads_contiguously(sink, r, /*strict=*/false);
 }
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+namespace {
+
+using namespace detail;
 
 // UNROLL: the reduce loop r runs amount times fewer iterations, each folding `amount` values.
 UOpPtr unroll_reduce(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
@@ -563,46 +493,12 @@ class OptApplier {
   std::vector<std::pair<int, int>> swaps_;
 };
 
-// Below this many loop iterations in total, handing work to other cores costs more than it saves.
-constexpr int64_t kMinThreadedWork = 1 << 15;
-
-int64_t total_iterations(const UOpPtr& sink) {
-  int64_t total = 1;
-  for (const UOpPtr& u : toposort(sink))
-    if (u->op == Op::RANGE) total = total > INT64_MAX / 65536 ? total : total * std::max<int64_t>(1, u->end()->vmax());
-  return total;
-}
-
-// A math function that a vector computes lane by lane, a call per lane: sin, exp2 and log2 (float32's
-// are ALU ops on the CPU by now), and sqrt except in LLVM IR, where llvm.sqrt of a vector is one
-// instruction (vsqrtps).
-bool lane_by_lane(const UOpPtr& u, const DeviceSpec& spec) {
-  return u->op == Op::EXP2 || u->op == Op::LOG2 || u->op == Op::SIN || (u->op == Op::SQRT && spec.lang != Language::LLVM);
-}
-
-bool has_transcendental(const UOpPtr& sink, const DeviceSpec& spec) {
-  for (const UOpPtr& u : toposort(sink))
-    if (lane_by_lane(u, spec)) return true;
-  return false;
-}
-
-// A lane-by-lane math function computed anew at each step of the loop r (one that does not depend on r,
-// such as batch norm's per-channel 1/sqrt(var+eps) inside a loop over NCHW pixels, is computed outside
-// it; in an NHWC loop it is computed per channel vector).
-bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r, const DeviceSpec& spec) {
-  for (const UOpPtr& u : toposort(sink))
-    if (lane_by_lane(u, spec) && depends_on(u, r)) return true;
-  return false;
-}
-
-// The largest power of two <= cap that divides n (1 if none).
-int64_t pow2_divisor(int64_t n, int64_t cap) {
-  int64_t d = 1;
-  while (d * 2 <= cap && n % (d * 2) == 0) d *= 2;
-  return d;
-}
-
 }  // namespace
+
+detail::KernelAxes detail::kernel_axes(const UOpPtr& ast, const DeviceSpec& spec) {
+  OptApplier k(ast, spec);
+  return {k.sink(), k.axes()};
+}
 
 Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts) {
   KILN_ASSERT(ast->op == Op::SINK, "a kernel AST is a SINK of stores");
@@ -615,253 +511,6 @@ Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<co
   if (config().debug >= 3) std::cerr << "kiln: " << l.kernel->name << " opts: " << to_string(opts) << "\n";
   l.kernel = detail::finish_lowering(applier.sink(), spec, std::move(*l.kernel));
   return l;
-}
-
-// The default heuristics, for kernels of one store (multi-store kernels get threads only):
-// - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes (not when
-//   the kernel calls a math function inside that loop, which a vector would call lane by lane: sin,
-//   sqrt outside LLVM IR, float64 exp2/log2; the CPU's float32 exp2 and log2 are ALU ops by then,
-//   lower/transcendental.h);
-// - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
-//   or two vectors of outputs per iteration. The vector is the innermost output loop that the loads
-//   walk contiguously and unmasked (a conv's output channels, not its padded width; else 16 or 8
-//   scalar copies of the innermost loop); the rows are the output loop, nearest the inside, that
-//   some load does not move along (so each load feeds a row of the tile);
-// - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes;
-// - CPU: the outermost output loop is split over the threads when the kernel is big enough;
-// - GPU-style: the innermost output loop gets up to 64 work-items per workgroup, the next one the
-//   rest of a 256 budget.
-std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
-  OptApplier k(ast, spec);
-  const UOpPtr& sink = k.sink();
-  const std::vector<Axis>& axes = k.axes();
-  std::vector<int> outputs;
-  for (size_t i = 0; i < axes.size(); ++i)
-    if (axes[i].kind == AxisKind::Output) outputs.push_back(static_cast<int>(i));
-  std::vector<Opt> opts;
-  if (outputs.empty()) return opts;
-  bool reduces = has_reduce(sink);
-  std::optional<int> tile_vector;  // a register tile's vector axis
-  std::optional<int> gather_vector;  // an elementwise kernel's vector axis whose loads gather across pages
-  std::vector<int64_t> remaining(axes.size());
-  for (size_t i = 0; i < axes.size(); ++i) remaining[i] = axes[i].range->end()->vmax();
-  // UNROLL of a reduce axis by the first amount that leaves it at least two steps.
-  auto unroll_by_first = [&](int axis, std::initializer_list<int64_t> amounts) {
-    for (int64_t amount : amounts)
-      if (remaining[axis] % amount == 0 && remaining[axis] >= 2 * amount) {
-        opts.push_back({OptOp::UNROLL, axis, amount});
-        remaining[axis] /= amount;
-        return;
-      }
-  };
-  const int last_reduce = static_cast<int>(axes.size()) - 1;
-  if (sink->src.size() == 1 && (reduces || !has_transcendental_along(sink, axes[outputs.back()].range, spec))) {
-    const UOpPtr& store = sink->src[0];
-    auto lanes_for = [&](int axis, bool strict) {
-      int64_t lanes = register_lanes(store->src[1]->dtype, spec);
-      while (lanes >= 2 && remaining[axis] % lanes != 0) lanes /= 2;
-      bool fits = lanes >= 2 && vector_eligible(sink, axes[axis].range, lanes, spec) &&
-                  (!strict || !reduces || loads_contiguously(sink, axes[axis].range));
-      return fits ? lanes : 0;
-    };
-    // The vector axis: the innermost output loop, else (in a reduction) the innermost one the loads
-    // walk contiguously, unmasked: a padded conv's output channels rather than its masked width.
-    // In a reduction, an outer axis that fills more of the register wins over a narrower innermost
-    // one: a 1x1 conv's 14-wide rows give 2 lanes, its 128 output channels 16 (N16 128->128 14x14:
-    // 12% of the FMA peak with the 2 lanes). Only when no axis has every moving load contiguous, one
-    // where some are (the others gathered lane by lane).
-    int last = outputs.back();
-    int64_t lanes = 0;
-    for (bool strict : {true, false}) {
-      last = outputs.back();
-      lanes = lanes_for(last, strict);
-      for (size_t j = outputs.size() - 1; reduces && j-- > 0;)
-        if (int64_t l = lanes_for(outputs[j], strict); l > lanes) {
-          last = outputs[j];
-          lanes = l;
-        }
-      if (lanes != 0 || !reduces) break;
-    }
-    const UOpPtr& r = axes[last].range;
-    int64_t size = r->end()->vmax();
-    bool vector = lanes != 0;
-    int64_t tile_rows = 0;  // the register tile's rows, when it has some
-    // The first UPCAST that can be vector lanes becomes them: rows that could (a valid conv's image is
-    // contiguous along its rows too) are pushed after the vector's UPCAST, or their 8 lanes take the
-    // vector and the output channels become 32 scalar copies (62 GFLOP/s).
-    std::optional<Opt> row_opt;
-    if (reduces && outputs.size() >= 2) {
-      // Best: rows along which every load that walks the vector axis stays put (B of a matmul along
-      // its rows, the image of a conv along its output channels), so each such load feeds a whole
-      // column of the tile; else any row axis some load stays put along.
-      auto rows_of = [&](bool strict) -> std::optional<int> {
-        for (size_t j = outputs.size(); j-- > 0;) {
-          if (outputs[j] == last) continue;
-          int64_t rows = remaining[outputs[j]];
-          if (!(rows % 8 == 0 && rows >= 16) && !(rows % 4 == 0 && rows >= 8)) continue;
-          const UOpPtr& rj = axes[outputs[j]].range;
-          if (!reused_along(sink, rj) || !multiplies_across(sink, rj)) continue;
-          bool feeds = true;
-          for (const UOpPtr& u : toposort(sink))
-            if (strict && u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) != 0 &&
-                index_stride(u->src[0]->src[1], rj) != 0)
-              feeds = false;
-          if (feeds) return outputs[j];
-        }
-        return std::nullopt;
-      };
-      std::optional<int> row = rows_of(true);
-      if (!row) row = rows_of(false);
-      if (row) {
-        int64_t rows = remaining[*row], amount = rows % 8 == 0 && rows >= 16 ? 8 : 4;
-        row_opt = Opt{OptOp::UPCAST, *row, amount};
-        remaining[*row] /= amount;
-        tile_rows = amount;
-      }
-    }
-    // Scalar copies of r only pay when some load stays put along r (each copy reuses it); when every
-    // load moves (the bias gradient's sum over a conv's pixels), they are just as many strided
-    // accumulator chains, and one accumulator over the contiguous inner loop vectorizes instead.
-    bool reuses = reduces && outputs.size() >= 2 && reused_along(sink, r);
-    int64_t tile = vector ? lanes
-                   : reuses && size % 16 == 0 && size >= 32 ? 16
-                   : reuses && size % 8 == 0 && size >= 16 ? 8
-                                                           : 0;
-    // The rows come first (the order the tile's code was measured in: matmul A.B 256^3 ~8% faster
-    // than after the vector), unless they could be vector lanes themselves and would take the vector.
-    bool rows_first = row_opt && (!vector || !vector_eligible(sink, axes[row_opt->axis].range, row_opt->amount, spec));
-    if (rows_first) opts.push_back(*row_opt);
-    if (tile != 0) {
-      opts.push_back({OptOp::UPCAST, last, tile});
-      remaining[last] /= tile;
-    }
-    if (row_opt && !rows_first) opts.push_back(*row_opt);
-    // A second vector per row when the accumulators still fit in half the vector registers (AVX-512
-    // has 32, AVX2 16): twice the FMAs per broadcast load. Measured on matmul 1024^3 and a 64->64
-    // channel conv (AVX-512, 2 cores): ~1.7x over one vector. Also when the two vectors take the whole
-    // axis (32 channels): conv dx N128 32->64 26x26 20% -> 34% of the FMA peak, its dW 44% -> 52%
-    // (`kiln bench sweep --quick`, AVX-512, two runs each).
-    int64_t registers = spec.vector_bytes >= 64 ? 32 : 16;
-    if (vector && tile_rows > 0 && remaining[last] % 2 == 0 && tile_rows * 2 <= registers / 2) {
-      opts.push_back({OptOp::UPCAST, last, 2});
-      remaining[last] /= 2;
-    }
-    // No axis for rows (a conv of batch 1 over a 7x7 image): more vectors along the vector axis
-    // instead, each its own accumulator fed by the same broadcast loads, so eight chains of FMAs run
-    // at once rather than one (N1 256->256 7x7 3x3: 28 -> 50 GFLOP/s, N2 128->128 14x14: 50 -> 158).
-    if (vector && reduces && tile_rows == 0 && outputs.size() >= 2 && reused_along(sink, r) && remaining[last] % 8 == 0) {
-      opts.push_back({OptOp::UPCAST, last, 8});
-      remaining[last] /= 8;
-      tile_rows = 1;
-    }
-    if (vector && tile_rows > 0) tile_vector = last;
-    if (vector && !reduces && gathers_across_pages(sink, r)) gather_vector = last;
-    // A transpose: some load gathers the vector's lanes, but walks another output axis contiguously.
-    // Eight copies of the vector along that axis read each gathered line from L1 (16 lanes from 16
-    // lines, then the next 7 vectors from the same lines) instead of one float per line per pass:
-    // NHWC->NCHW 32x32x32x32 24 -> 65 GB/s, (4096, 256) 9 -> 33-44 GB/s; sixteen copies measured
-    // slower (41 GB/s) and compiled twice as long.
-    if (vector && !reduces) {
-      for (const UOpPtr& u : toposort(sink)) {
-        if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
-        const UOpPtr& index = u->src[0]->src[1];
-        std::optional<int64_t> along = index_stride(index, r);
-        if (!along || *along == 0 || *along == 1) continue;
-        for (size_t j = outputs.size(); j-- > 0;) {
-          int a = outputs[j];
-          if (a == last || index_stride(index, axes[a].range) != 1) continue;
-          if (int64_t copies = pow2_divisor(remaining[a], std::min<int64_t>(lanes, 8)); copies >= 4) {
-            opts.push_back({OptOp::UPCAST, a, copies});
-            remaining[a] /= copies;
-          }
-          break;
-        }
-        break;
-      }
-    }
-    // A vector with no rows is one accumulator: each step's FMA waits for the last one (4 cycles).
-    // Folding 4 steps of the innermost reduce loop into each update leaves one dependent add per 4
-    // products (a weight gradient of 16 output channels, 6 input channels and 5x5 taps:
-    // r_16_6_5_5_64_8_8, where BEAM's unrolls ran 14x faster).
-    if (vector && reduces && tile_rows == 0 && !is_gpu(spec) && axes[last_reduce].kind == AxisKind::Reduce && reused_along(sink, r))
-      unroll_by_first(last_reduce, {4, 2});
-    // A max (or min) along contiguous rows without a tile is one long dependency chain per row: 4
-    // rows at once and 4 values folded per step give the CPU independent work (the max of each row of
-    // 4096x4096, 2 cores: 13.2 -> 2.9 ms). Not for sums: the C renderer lets clang reassociate a lone
-    // accumulator's additions, which vectorizes the loop better (sum of 16M floats: 2.2 vs 3.7 ms).
-    // Not with transcendentals, whose calls dominate.
-    bool chained = false;  // a reduction the compiler cannot reassociate
-    for (const UOpPtr& u : toposort(sink))
-      chained |= u->op == Op::REDUCE && u->arg_as<Op>() != Op::ADD;
-    if (chained && !is_gpu(spec) && opts.empty() && !has_transcendental(sink, spec) && axes[last_reduce].kind == AxisKind::Reduce &&
-        loads_contiguously(sink, axes[last_reduce].range)) {
-      if (remaining[last] % 4 == 0 && remaining[last] >= 8) {
-        opts.push_back({OptOp::UPCAST, last, 4});
-        remaining[last] /= 4;
-      }
-      if (remaining[last_reduce] % 4 == 0 && remaining[last_reduce] >= 16) {
-        opts.push_back({OptOp::UNROLL, last_reduce, 4});
-        remaining[last_reduce] /= 4;
-      }
-    }
-    // A sum with no tile keeps one accumulator, which the compiler may vectorize along the innermost
-    // reduce loop; when that loop is short (a conv's 24-wide rows in a weight gradient of few output
-    // channels) the vector's horizontal sum closes every few steps. Folding 8 steps of the next reduce
-    // loop into each iteration gives the vector loop 8 times the work per close.
-    int inner_reduce = last_reduce - 1;
-    if (!chained && !is_gpu(spec) && opts.empty() && inner_reduce >= 0 && axes[last_reduce].kind == AxisKind::Reduce &&
-        axes[inner_reduce].kind == AxisKind::Reduce && remaining[last_reduce] < 64 && loads_contiguously(sink, axes[last_reduce].range))
-      unroll_by_first(inner_reduce, {8, 4, 2});
-  }
-  if (is_gpu(spec)) {
-    int64_t budget = std::min<int64_t>(spec.max_local, 256);
-    // Few outputs and a long reduction: work-items share each reduction (GROUPTOP below, interleaved
-    // so neighbouring work-items read neighbouring elements), leaving fewer for the outputs.
-    int64_t outs = 1;
-    for (int j : outputs) outs *= axes[j].range->end()->vmax();
-    bool group = reduces && sink->src.size() == 1 && axes[last_reduce].kind == AxisKind::Reduce && outs <= 16384 &&
-                 remaining[last_reduce] >= 64;
-    const int64_t total = budget;
-    if (group) budget = std::min<int64_t>(budget, 16);
-    for (size_t j = outputs.size(); j-- > 0 && budget > 1;) {
-      int64_t n = pow2_divisor(remaining[outputs[j]], std::min<int64_t>({budget, j + 1 == outputs.size() ? 64 : budget,
-                                                                           spec.max_local_dims[0]}));
-      if (n < 2) continue;
-      opts.push_back({OptOp::LOCAL, outputs[j], n});
-      remaining[outputs[j]] /= n;
-      budget /= n;
-      if (opts.back().axis != outputs.back()) break;  // two local axes at most
-    }
-    if (group) {
-      int64_t used = 1;  // work-items the LOCALs above took
-      for (const Opt& o : opts)
-        if (o.op == OptOp::LOCAL) used *= o.amount;
-      int64_t copies = 1;  // reductions the UPCASTs made, each with its own shared array
-      for (const Opt& o : opts)
-        if (o.op == OptOp::UPCAST) copies *= o.amount;
-      int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({total / used, spec.max_local_dims[0]}));
-      // At most 32 KiB of shared arrays (8 bytes: the widest element), whatever the device offers: PoCL
-      // offers 512 KiB, and a 8x16 register tile x 8 work-items x 32-way group (256 KiB) took its
-      // compiler over 20 minutes for one kernel (a cache-split weight gradient, AVX2 host).
-      int64_t shared = std::min<int64_t>(spec.shared_bytes, 32 * 1024);
-      while (n >= 8 && copies * used * n * 8 > shared) n /= 2;
-      if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
-    }
-  } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {
-    // Threads split their axis into outermost blocks. A register tile's vector axis, split that way,
-    // keeps each thread's panel of vector loads (B of a matmul: K x 32 floats) in its own cache while
-    // it walks the rows (matmul 1024^3, 2 cores: 206 -> 284 GFLOP/s); given enough blocks per thread.
-    // A transpose whose vector lanes gather each from another page (repack's copy of a Linear's
-    // weight, a permute made contiguous) is split along its vector axis, so each thread walks only its
-    // own rows of the source, fewer pages than the TLB holds: split along the outer axis, every thread
-    // gathered from all rows at each step (a 128x9216 weight transposed, 2 cores: 1.44 -> 0.24 ms, the
-    // split BEAM picks). Not for gathers within a page (a strided conv's phases: 40% slower split so).
-    int axis = outputs.front();
-    if (tile_vector && remaining[*tile_vector] >= 4 * spec.threads) axis = *tile_vector;
-    if (gather_vector && remaining[*gather_vector] >= 2 * spec.threads) axis = *gather_vector;
-    opts.push_back({OptOp::THREAD, axis, 0});
-  }
-  return opts;
 }
 
 std::vector<Opt> action_space(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> applied) {
