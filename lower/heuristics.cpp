@@ -101,6 +101,21 @@ bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r, const DeviceS
   return false;
 }
 
+
+// A transpose's other axis: the output axis (not r) along which the first load that gathers r's lanes
+// walks contiguously; none when no load gathers them or that one walks no output axis so.
+std::optional<int> transpose_partner(const UOpPtr& sink, const std::vector<Axis>& axes, const std::vector<int>& outputs, int r) {
+  for (const UOpPtr& u : toposort(sink)) {
+    if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
+    const UOpPtr& index = u->src[0]->src[1];
+    std::optional<int64_t> along = index_stride(index, axes[static_cast<size_t>(r)].range);
+    if (!along || *along == 0 || *along == 1) continue;
+    for (size_t j = outputs.size(); j-- > 0;)
+      if (outputs[j] != r && index_stride(index, axes[static_cast<size_t>(outputs[j])].range) == 1) return outputs[j];
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
 // The largest power of two <= cap that divides n (1 if none).
 int64_t pow2_divisor(int64_t n, int64_t cap) {
   int64_t d = 1;
@@ -254,24 +269,12 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     // lines, then the next 7 vectors from the same lines) instead of one float per line per pass:
     // NHWC->NCHW 32x32x32x32 24 -> 65 GB/s, (4096, 256) 9 -> 33-44 GB/s; sixteen copies measured
     // slower (41 GB/s) and compiled twice as long.
-    if (vector && !reduces) {
-      for (const UOpPtr& u : toposort(sink)) {
-        if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
-        const UOpPtr& index = u->src[0]->src[1];
-        std::optional<int64_t> along = index_stride(index, r);
-        if (!along || *along == 0 || *along == 1) continue;
-        for (size_t j = outputs.size(); j-- > 0;) {
-          int a = outputs[j];
-          if (a == last || index_stride(index, axes[a].range) != 1) continue;
-          if (int64_t copies = pow2_divisor(remaining[a], std::min<int64_t>(lanes, 8)); copies >= 4) {
-            opts.push_back({OptOp::UPCAST, a, copies});
-            remaining[a] /= copies;
-          }
-          break;
+    if (vector && !reduces)
+      if (std::optional<int> a = transpose_partner(sink, axes, outputs, last))
+        if (int64_t copies = pow2_divisor(remaining[*a], std::min<int64_t>(lanes, 8)); copies >= 4) {
+          opts.push_back({OptOp::UPCAST, *a, copies});
+          remaining[*a] /= copies;
         }
-        break;
-      }
-    }
     // A vector with no rows is one accumulator: each step's FMA waits for the last one (4 cycles).
     // Folding 4 steps of the innermost reduce loop into each update leaves one dependent add per 4
     // products (a weight gradient of 16 output channels, 6 input channels and 5x5 taps:

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <map>
-#include <numeric>
 #include <unordered_map>
 #include <set>
-#include <tuple>
 #include <unordered_set>
 
 #include "schedule/kernelize.h"
@@ -184,8 +182,8 @@ class Scheduler {
   //    lanes are stored scattered: a padded conv returned NCHW wrote each vector of output channels
   //    a plane apart, 20 GFLOP/s for a 3->32 channel stem at 32x32; stored in its own NHWC order and
   //    transposed after, 183. Without the PAD the output's innermost axis takes the vector, and a
-  //    weight gradient g^T.x fused into its transpose ran 7x faster than in its own order), read inside another
-  //    reduction, or read by several consumers, directly or through a node that several consumers
+  //    weight gradient g^T.x fused into its transpose ran 7x faster than in its own order), read
+  //    inside another reduction, or read by several consumers, directly or through a node that several consumers
   //    share (`shared`: that node is recomputed in each of them, and the reduction with it);
   //  - an elementwise node read through an EXPAND inside a reduction is stored when it costs more
   //    than kMaxBroadcastOps ALU ops (each of its values is used many times there);
