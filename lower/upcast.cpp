@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "uop/rewrite.h"
 #include "uop/symbolic.h"
@@ -244,5 +246,58 @@ UOpPtr upcast_vector(const UOpPtr& sink, const UOpPtr& r, int64_t lanes) {
   return sink->with_src(stores);
 }
 
+namespace {
+
+// idx as base + offset, the offset a constant (base null when idx is a constant).
+std::pair<UOpPtr, int64_t> split_offset(const UOpPtr& idx) {
+  if (idx->op == Op::CONST) return {nullptr, as_int64(idx->const_value())};
+  if (idx->op == Op::ADD && idx->src[1]->op == Op::CONST) return {idx->src[0], as_int64(idx->src[1]->const_value())};
+  return {idx, 0};
+}
+
+}  // namespace
+
+UOpPtr combine_loads(const UOpPtr& sink, int64_t vector_bytes) {
+  std::vector<UOpPtr> order = toposort(sink);
+  // A load whose value is broadcast into a vector stays scalar: x86 broadcasts straight from memory, so a
+  // vector load would only add a shuffle per use (a register tile's values meeting a vector of the other
+  // operand).
+  std::unordered_set<const UOp*> broadcast;
+  for (const UOpPtr& u : order)
+    if (u->op == Op::VECTORIZE && std::count(u->src.begin(), u->src.end(), u->src[0]) == static_cast<std::ptrdiff_t>(u->src.size()))
+      broadcast.insert(u->src[0].get());
+  // Plain loads of one buffer at one base, by offset (std::map: the groups in a deterministic order).
+  std::map<std::pair<const UOp*, const UOp*>, std::map<int64_t, UOpPtr>> groups;
+  for (const UOpPtr& u : order) {
+    if (u->op != Op::LOAD || u->src.size() != 1 || u->src[0]->op != Op::INDEX || u->src[0]->src.size() != 2) continue;
+    const UOpPtr& index = u->src[0];
+    if (index->src[0]->op != Op::DEFINE_GLOBAL || u->dtype.count != 1 || !vector_memory(u->dtype) || broadcast.count(u.get())) continue;
+    auto [base, offset] = split_offset(index->src[1]);
+    groups[{index->src[0].get(), base.get()}].emplace(offset, u);
+  }
+  std::unordered_map<const UOp*, UOpPtr> replace;
+  for (auto& [key, loads] : groups) {
+    int64_t most = std::min<int64_t>(16, vector_bytes / static_cast<int64_t>(loads.begin()->second->dtype.itemsize()));
+    for (auto it = loads.begin(); it != loads.end();) {
+      // The run of consecutive offsets from here (at most `most`), as a vector of a power of two lanes, 4 or more.
+      std::vector<UOpPtr> run{it->second};
+      for (auto next = std::next(it); next != loads.end() && next->first == it->first + static_cast<int64_t>(run.size()) &&
+                                      static_cast<int64_t>(run.size()) < most;
+           ++next)
+        run.push_back(next->second);
+      size_t width = 1;
+      while (width * 2 <= run.size()) width *= 2;
+      if (width < 4) {
+        ++it;
+        continue;
+      }
+      const UOpPtr& index = run[0]->src[0];
+      DType vec = run[0]->dtype.vec(static_cast<int>(width));
+      UOpPtr load = UOp::make(Op::LOAD, vec, {UOp::make(Op::INDEX, vec.ptr(index->dtype.addr), index->src)}, run[0]->arg);
+      for (size_t i = 0; i < width; ++i, ++it) replace[run[i].get()] = UOp::make(Op::GEP, run[0]->dtype, {load}, static_cast<int64_t>(i));
+    }
+  }
+  return replace.empty() ? sink : substitute(sink, replace);
+}
 
 }  // namespace kiln

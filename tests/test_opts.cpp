@@ -181,6 +181,50 @@ TEST_CASE("a transpose is tiled along both axes, and split over threads along it
   }
 }
 
+TEST_CASE("the copies of a transpose tile read their source with vector loads; a broadcast operand stays scalar", "[opts]") {
+  // (64, 96) -> (96, 64): the output vector gathers one value per source row; its copies along the
+  // source's contiguous axis read consecutive values, which one vector load fetches (combine_loads).
+  Tensor m = Tensor::rand({64, 96}).realize();
+  Schedule s = Tensor::schedule({m.permute({1, 0}).contiguous()});
+  REQUIRE(s.items.size() == 1);
+  auto source = [](int64_t i) { return 0.25f + static_cast<float>((i * 7 + 13) % 29) / 16.0f; };
+  std::vector<float> want(64 * 96);
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 96; ++c) want[static_cast<size_t>(c * 64 + r)] = source(r * 96 + c);
+  // An outer product a[m] * b[n]: the rows of its tile read consecutive values of a too, but each meets a
+  // vector of b: a broadcast from memory, which a vector load would turn into a shuffle per use.
+  // (A vector of 16 along n and 4 copies along m, as a matmul's register tile.)
+  Tensor a = Tensor::rand({64}).realize(), b = Tensor::rand({64}).realize();
+  Schedule mm = Tensor::schedule({a.reshape({64, 1}) * b.reshape({1, 64})});
+  REQUIRE(mm.items.size() == 1);
+  for (const DeviceStatus& device : probe_devices()) {
+    const std::string& name = device.name;
+    if (!device.available || get_device(name).spec().vector_bytes == 0) continue;
+    CAPTURE(name);
+    LoweredKernel k = lower_kernel(s.items[0].ast, get_device(name).spec());
+    int vector_loads = 0, scalar_loads = 0;
+    for (const UOpPtr& u : k.linear)
+      if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && u->src[0]->src[0]->arg_as<int64_t>() == 1)
+        (u->dtype.count >= 4 ? vector_loads : scalar_loads) += 1;
+    CHECK(vector_loads > 0);
+    CHECK(scalar_loads == 0);
+    expect_close(run_kernel(s.items[0], name, nullptr), want);
+
+    std::vector<Opt> tile{{OptOp::UPCAST, 1, 16}, {OptOp::UPCAST, 0, 4}};
+    Lowering lm = lower_with_opts(mm.items[0].ast, get_device(name).spec(), tile);
+    REQUIRE(lm.kernel.has_value());
+    const LoweredKernel& km = *lm.kernel;
+    int broadcasts = 0;
+    for (const UOpPtr& u : km.linear) {
+      if (u->op != Op::VECTORIZE || std::count(u->src.begin(), u->src.end(), u->src[0]) != static_cast<std::ptrdiff_t>(u->src.size())) continue;
+      ++broadcasts;
+      CHECK(u->src[0]->op == Op::LOAD);  // not a lane (GEP) of a vector load
+    }
+    CHECK(broadcasts > 0);
+    expect_close(run_kernel(mm.items[0], name, &tile), run_kernel(mm.items[0], "REF", nullptr));
+  }
+}
+
 TEST_CASE("a sum with no tile over a short innermost loop folds several steps of the next reduce loop", "[opts]") {
   // A weight or bias gradient of few channels: 6 outputs, each summing (64, 24, 24) values with the
   // 24-wide rows innermost. The one accumulator's vector loop would close its horizontal sum every 24
