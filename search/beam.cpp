@@ -23,7 +23,7 @@ std::string SearchOptions::params() const {
   std::string how = exhaustive_depth > 0 ? cat("exhaustive=", exhaustive_depth)
                                          : cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds,
                                                " bare_seed_max_us=", bare_seed_max_s * 1e6);
-  return cat(how, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain);
+  return cat(how, " runs=", timing_runs, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain, " confirm=", confirm_runs);
 }
 
 namespace {
@@ -137,6 +137,7 @@ class Engine {
     if (!hooks_.actions || !hooks_.build || !hooks_.time)
       throw Error("search: the hooks need actions, build and time (check too unless options.check is off)");
     if (options_.check && !hooks_.check) throw Error("search: options.check is on but the hooks have no check");
+    if (options_.confirm_runs < 0) throw Error(cat("search: confirm_runs ", options_.confirm_runs, ": use 0 (off) or more rounds"));
     if (options_.exhaustive_depth < 0 || options_.exhaustive_depth > kMaxExhaustiveDepth)
       throw Error(cat("search: exhaustive depth ", options_.exhaustive_depth, ": use 1..", kMaxExhaustiveDepth,
                       " actions (each more multiplies the candidates by the action space, ~20-60), or 0 for BEAM"));
@@ -327,35 +328,87 @@ class Engine {
     return best;
   }
 
-  // The fastest candidate faster than the default whose output is right; else the default.
+  // The winner: the fastest candidate faster than the default by min_gain whose output is right; else the
+  // default. The contenders (the max_checks fastest that beat the default in search) are first timed again
+  // beside the default, round-robin (confirm_runs rounds, each keeping its minimum of these runs), so all of
+  // them are measured in the same minutes of a noisy machine: one timed in a quiet moment no longer beats
+  // one timed in a busy one. Then, within min_gain of the fastest, fewer opts (then the opts' text) win:
+  // those are ties inside the noise, and ties broken by noise made each fresh search pick another list.
   void settle(std::vector<Timed> all) {
     std::sort(all.begin(), all.end(), faster);
     result_.opts = default_.opts;
     result_.best_seconds = default_.seconds;
-    int checks = 0;
-    for (const Timed& t : all) {
+    std::vector<Timed*> contenders;
+    for (Timed& t : all) {
       if (t.seconds >= default_.seconds * (1 - options_.min_gain) || t.opts == default_.opts) break;
-      if (t.built.source == default_.built.source) continue;
+      if (t.built.source == default_.built.source || !t.built.artifact) continue;
+      if (options_.confirm_runs > 0 && contenders.size() == size_t(std::max(options_.max_checks, 1))) break;
+      contenders.push_back(&t);
+    }
+    if (options_.confirm_runs > 0 && !contenders.empty()) confirm(contenders);
+    int checks = 0;
+    for (Timed* t : contenders) {
+      if (t->seconds >= default_.seconds * (1 - options_.min_gain)) continue;
       if (options_.check) {
         if (checks++ == options_.max_checks) break;
         auto start = Clock::now();
         std::optional<std::string> mismatch;
         {
-          Watchdog::Guard watched = watchdog_.watch(cat("checking [", to_string(t.opts), "]"));
-          mismatch = hooks_.check(t.built);
+          Watchdog::Guard watched = watchdog_.watch(cat("checking [", to_string(t->opts), "]"));
+          mismatch = hooks_.check(t->built);
         }
         result_.check_s += seconds_since(start);
         if (mismatch) {
           ++result_.mismatched;
-          keep_failure(cat(to_string(t.opts), ": output differs from the default kernel's: ", *mismatch));
+          keep_failure(cat(to_string(t->opts), ": output differs from the default kernel's: ", *mismatch));
           continue;
         }
       }
-      result_.opts = t.opts;
-      result_.best_seconds = t.seconds;
+      result_.opts = t->opts;
+      result_.best_seconds = t->seconds;
       result_.improved = true;
       return;
     }
+  }
+
+  // Times the contenders and the default again side by side (see settle) and orders the contenders.
+  void confirm(std::vector<Timed*>& contenders) {
+    auto start = Clock::now();
+    std::vector<Timed*> timed = contenders;
+    timed.push_back(&default_);
+    std::vector<double> best(timed.size(), 0);
+    std::vector<char> failed(timed.size(), 0);
+    for (int run = 0; run < options_.confirm_runs; ++run)
+      for (size_t i = 0; i < timed.size(); ++i) {
+        if (failed[i]) continue;
+        try {
+          Watchdog::Guard watched = watchdog_.watch(cat("timing [", to_string(timed[i]->opts), "] again"));
+          double seconds = hooks_.time(timed[i]->built);
+          result_.kernel_s += seconds;
+          best[i] = run == 0 ? seconds : std::min(best[i], seconds);
+        } catch (const std::exception& e) {
+          if (i + 1 == timed.size()) throw;  // the default launched before: a failure now is not the candidates'
+          fail(timed[i]->opts, "launch", e.what());
+          failed[i] = 1;
+        }
+      }
+    for (size_t i = 0; i < timed.size(); ++i) timed[i]->seconds = best[i];
+    result_.default_seconds = default_.seconds;
+    result_.best_seconds = default_.seconds;
+    std::vector<Timed*> kept;
+    for (size_t i = 0; i + 1 < timed.size(); ++i)
+      if (!failed[i]) kept.push_back(timed[i]);
+    std::sort(kept.begin(), kept.end(), [](const Timed* a, const Timed* b) { return faster(*a, *b); });
+    if (!kept.empty()) {
+      double tie = kept.front()->seconds * (1 + options_.min_gain);
+      auto tier_end = std::find_if(kept.begin(), kept.end(), [&](const Timed* t) { return t->seconds > tie; });
+      std::sort(kept.begin(), tier_end, [](const Timed* a, const Timed* b) {
+        if (a->opts.size() != b->opts.size()) return a->opts.size() < b->opts.size();
+        return to_string(a->opts) < to_string(b->opts);
+      });
+    }
+    contenders = std::move(kept);
+    result_.timing_s += seconds_since(start);
   }
 
   void fail(const std::vector<Opt>& opts, const char* stage, const std::string& why) {

@@ -18,6 +18,8 @@
 // `max_rounds`, or when no new candidate appears. A candidate whose build fails (a compile error) or
 // whose launch fails is disqualified and search goes on; so is one whose compile or launch took longer
 // than its limit (measured when it ends: a compiler process or a CPU kernel is not interrupted).
+// The few fastest that beat the default are then timed again beside it, round-robin (confirm_runs), so they
+// are compared in the same minutes of a noisy machine; within min_gain of the fastest, fewer opts win.
 // Before the winner is accepted, its output is compared with the plain kernel's (no opts) on the same
 // random inputs (search/verify.h, as `kiln cache verify` does); a winner that does not match is rejected
 // and the next fastest is checked.
@@ -61,6 +63,10 @@ struct SearchOptions {
   // bare kernel runs scalar on one core, hundreds of times slower than the default (the 1024^3 matmul's
   // took 4.4 s of a 5.5 s search, and was disqualified), and the default's neighbours reach the rest.
   double bare_seed_max_s = 2e-3;
+  // The contenders (the max_checks fastest that beat the default) are timed again this many rounds beside the
+  // default, round-robin, before the winner is picked; within min_gain of the fastest, fewer opts win
+  // (beam_search's settle). 0: the search's own timings decide.
+  int confirm_runs = 5;
   bool check = true;              // compare the winner's output with the default's (off only in tests)
   // No candidate finished building or timing for this long: the search is stalled (a hang in a compiler,
   // a kernel or kiln), and SearchHooks::on_stall reports what was in flight. 0: never.
