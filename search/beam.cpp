@@ -280,6 +280,11 @@ class Engine {
       }
       ++result_.compiled;
       ++progress_.compiled;
+      if (!built[i]->artifact) {  // build's own duplicate: a source it built before, not built again
+        ++result_.duplicates;
+        ++progress_.duplicates;
+        continue;
+      }
       if (!seen_sources_.insert(hash_string(built[i]->source)).second) {
         ++result_.duplicates;
         ++progress_.duplicates;

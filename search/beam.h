@@ -112,6 +112,8 @@ struct SearchHooks {
   // default's neighbours, opt_neighbours in lower/opts.h); the fastest `beam` of all of them go on.
   std::vector<std::vector<Opt>> seeds;
   std::function<std::vector<Opt>(std::span<const Opt> applied)> actions;
+  // A Built without an artifact: a source this search built before (a duplicate, not timed). The engine
+  // drops duplicates by source anyway; this lets build skip compiling them.
   std::function<BuildResult(std::span<const Opt> opts)> build;
   std::function<double(const Built& built)> time;  // one launch, in seconds; throws when the launch fails
   // nullopt when the candidate's output matches the plain kernel's on the same inputs, else what differs.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <unordered_set>
 
 #include "search/beam.h"
 #include "search/verify.h"
@@ -114,7 +115,7 @@ class DeviceSearch {
     hooks.default_opts = lower_kernel(ast_, device_.spec()).opts;  // the heuristics' opts that apply, as realize uses them
     hooks.seeds = opt_neighbours(ast_, device_.spec(), hooks.default_opts);
     hooks.actions = [&](std::span<const Opt> applied) { return action_space(ast_, device_.spec(), applied); };
-    hooks.build = [&](std::span<const Opt> opts) { return build(opts); };
+    hooks.build = [&](std::span<const Opt> opts) { return build(opts, true); };
     hooks.time = [&](const Built& b) { return time(compiled(b), shrink_); };
     hooks.check = [&](const Built& candidate) { return check(compiled(candidate)); };
     hooks.progress = progress;
@@ -131,7 +132,8 @@ class DeviceSearch {
  private:
   static Compiled& compiled(const Built& b) { return *static_cast<Compiled*>(b.artifact.get()); }
 
-  BuildResult build(std::span<const Opt> opts) {
+  // skip_seen: a source this search built before is a duplicate (a Built without artifact), not built again.
+  BuildResult build(std::span<const Opt> opts, bool skip_seen = false) {
     auto start = Clock::now();
     Lowering lowering = lower_with_opts(ast_, device_.spec(), opts);
     lower_ns_ += int64_t(seconds_since(start) * 1e9);
@@ -141,6 +143,10 @@ class DeviceSearch {
     if (!c->kernel.vars.empty())
       throw Error(cat("search: kernel ", c->kernel.name, " has ", c->kernel.vars.size(),
                       " variables; searching kernels with symbolic sizes is not implemented yet"));
+    if (skip_seen) {
+      std::lock_guard<std::mutex> lock(sources_mu_);
+      if (!sources_.insert(hash_string(c->kernel.source)).second) return {Built{c->kernel.source, nullptr}, ""};
+    }
     start = Clock::now();
     c->program = device_.load(device_.compile(c->kernel.source, c->kernel.name));
     compile_ns_ += int64_t(seconds_since(start) * 1e9);
@@ -222,6 +228,8 @@ class DeviceSearch {
   std::optional<LoweredKernel> plain_;
   int64_t shrink_ = 1;
   std::atomic<int64_t> lower_ns_{0}, compile_ns_{0}, launch_ns_{0};
+  std::mutex sources_mu_;
+  std::unordered_set<uint64_t> sources_;  // hashes of the sources built so far
 };
 
 }  // namespace
