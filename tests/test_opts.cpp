@@ -239,10 +239,11 @@ TEST_CASE("a sum with no tile over a short innermost loop folds several steps of
 }
 
 TEST_CASE("a product summed into a vector with no register rows folds 4 steps per accumulator update", "[opts]") {
-  // A weight gradient of 16 output channels (the vector) and 6 input channels (too few for rows): one
-  // vector accumulator, whose FMAs would each wait for the last; UNROLL 4 of the reduce loop.
-  Tensor dy = Tensor::rand({64, 16}).realize(), x = Tensor::rand({64, 6}).realize();
-  Schedule s = Tensor::schedule({(dy.reshape({64, 16, 1}) * x.reshape({64, 1, 6})).sum({0})});
+  // A weight gradient of 16 output channels (the vector) and 9 input channels (not a multiple of 4,
+  // too many to take whole as rows): one vector accumulator, whose FMAs would each wait for the last;
+  // UNROLL 4 of the reduce loop.
+  Tensor dy = Tensor::rand({64, 16}).realize(), x = Tensor::rand({64, 9}).realize();
+  Schedule s = Tensor::schedule({(dy.reshape({64, 16, 1}) * x.reshape({64, 1, 9})).sum({0})});
   REQUIRE(s.items.size() == 1);
   std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device("CPU").spec());
   INFO(to_string(opts));
@@ -528,11 +529,12 @@ TEST_CASE("GPU-style heuristics fit their shared-memory reductions in the device
 
 
 TEST_CASE("a tile with no axis for rows takes eight vectors along its vector axis, with REF's results", "[opts]") {
-  // (7, 256) x (256, 512): 7 rows are not a multiple of 4, so no register rows; one vector would be one
-  // chain of FMAs, each waiting for the last. Eight vectors along the output columns are eight
-  // accumulators fed by the same broadcast of the left operand. The results equal REF's default kernel.
+  // (9, 256) x (256, 512): 9 rows are neither a multiple of 4 nor few enough to take whole, so no
+  // register rows; one vector would be one chain of FMAs, each waiting for the last. Eight vectors along
+  // the output columns are eight accumulators fed by the same broadcast of the left operand. The
+  // results equal REF's default kernel.
   const DeviceSpec& spec = get_device("CPU").spec();
-  Tensor a = Tensor::rand({7, 256}).realize(), b = Tensor::rand({256, 512}).realize();
+  Tensor a = Tensor::rand({9, 256}).realize(), b = Tensor::rand({256, 512}).realize();
   Schedule s = Tensor::schedule({a.matmul(b)});
   REQUIRE(s.items.size() == 1);
   std::vector<Opt> opts = heuristic_opts(s.items[0].ast, spec);
@@ -589,5 +591,40 @@ TEST_CASE("register rows only for a reduction that multiplies or selects across 
   CHECK(upcast_axes(embed.items[0]) == 2);
   expect_close(run_kernel(embed.items[0], "CPU", nullptr), run_kernel(embed.items[0], "REF", nullptr));
 }
+
+TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its copies before its rows, with REF's results", "[opts]") {
+  const DeviceSpec& spec = get_device("CPU").spec();
+  // (7, 256) x (256, 512): the 7 rows whole (7 x 2 vectors: 8 us, where 8 vectors without rows took 28).
+  Tensor a = Tensor::rand({7, 256}).realize(), b = Tensor::rand({256, 512}).realize();
+  Schedule mm = Tensor::schedule({a.matmul(b)});
+  REQUIRE(mm.items.size() == 1);
+  std::vector<Opt> opts = heuristic_opts(mm.items[0].ast, spec);
+  INFO(to_string(opts));
+  CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
+  expect_close(run_kernel(mm.items[0], "CPU", nullptr), run_kernel(mm.items[0], "REF", nullptr));
+  // The input gradient of a stride-2 conv of a 3-channel image: each of its phase kernels stores 3
+  // channels innermost and reads the output gradient masked along the width, so no axis takes a vector.
+  // Its scalar tile: 16 copies along the width (which the gradient walks contiguously), then the 3
+  // channels whole as rows (which share each gradient value): 422 -> 118 us; rows first: 665 us.
+  Tensor x = Tensor::rand({4, 3, 64, 64}).realize(), w = Tensor::rand({16, 3, 7, 7}).realize(), g = Tensor::rand({4, 16, 32, 32}).realize();
+  Tensor xi = x.detach();
+  xi.requires_grad_();
+  (xi.conv2d(w, std::nullopt, {2, 2}, {3, 3}) * g).sum().backward();
+  Schedule dx = Tensor::schedule({*xi.grad()});
+  int phases = 0;
+  for (const ScheduleItem& item : dx.items) {
+    if (detail::kernel_name(item.ast).rfind("r_4_32_32_3_16_", 0) != 0) continue;  // (n, h, w, c | k, kh, kw)
+    std::vector<Opt> o = heuristic_opts(item.ast, spec);
+    ++phases;
+    INFO(to_string(o));
+    REQUIRE(o.size() >= 2);
+    CHECK(o[0].op == OptOp::UPCAST);
+    CHECK(o[0].amount == 16);
+    CHECK(o[1] == (Opt{OptOp::UPCAST, 3, 3}));
+    expect_close(run_kernel(item, "CPU", nullptr), run_kernel(item, "REF", nullptr));
+  }
+  CHECK(phases == 4);
+}
+
 }  // namespace
 }  // namespace kiln
