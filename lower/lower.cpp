@@ -55,7 +55,7 @@ LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec) {
 }
 
 LoweredKernel detail::finish_lowering(UOpPtr sink, const DeviceSpec& spec, LoweredKernel k) {
-  if (spec.vector_bytes > 0) sink = combine_loads(sink, spec.vector_bytes);  // the host renderers: unaligned vector loads
+  if (spec.vector_bytes > 0) sink = combine_accesses(sink, spec.vector_bytes);  // the host renderers: unaligned vector loads
   sink = lower_reduces(sink);
   sink = close_loops(sink);
   k.linear = linearize(sink);

@@ -255,33 +255,30 @@ std::pair<UOpPtr, int64_t> split_offset(const UOpPtr& idx) {
   return {idx, 0};
 }
 
-}  // namespace
+// Accesses (loads or stores) of one buffer at one base, by constant offset.
+using Groups = std::map<std::pair<const UOp*, const UOp*>, std::map<int64_t, UOpPtr>>;
 
-UOpPtr combine_loads(const UOpPtr& sink, int64_t vector_bytes) {
-  std::vector<UOpPtr> order = toposort(sink);
-  // A load whose value is broadcast into a vector stays scalar: x86 broadcasts straight from memory, so a
-  // vector load would only add a shuffle per use (a register tile's values meeting a vector of the other
-  // operand).
-  std::unordered_set<const UOp*> broadcast;
-  for (const UOpPtr& u : order)
-    if (u->op == Op::VECTORIZE && std::count(u->src.begin(), u->src.end(), u->src[0]) == static_cast<std::ptrdiff_t>(u->src.size()))
-      broadcast.insert(u->src[0].get());
-  // Plain loads of one buffer at one base, by offset (std::map: the groups in a deterministic order).
-  std::map<std::pair<const UOp*, const UOp*>, std::map<int64_t, UOpPtr>> groups;
-  for (const UOpPtr& u : order) {
-    if (u->op != Op::LOAD || u->src.size() != 1 || u->src[0]->op != Op::INDEX || u->src[0]->src.size() != 2) continue;
-    const UOpPtr& index = u->src[0];
-    if (index->src[0]->op != Op::DEFINE_GLOBAL || u->dtype.count != 1 || !vector_memory(u->dtype) || broadcast.count(u.get())) continue;
-    auto [base, offset] = split_offset(index->src[1]);
-    groups[{index->src[0].get(), base.get()}].emplace(offset, u);
-  }
-  std::unordered_map<const UOp*, UOpPtr> replace;
-  for (auto& [key, loads] : groups) {
-    int64_t most = std::min<int64_t>(16, vector_bytes / static_cast<int64_t>(loads.begin()->second->dtype.itemsize()));
-    for (auto it = loads.begin(); it != loads.end();) {
-      // The run of consecutive offsets from here (at most `most`), as a vector of a power of two lanes, 4 or more.
+void add_access(Groups& groups, const UOpPtr& access) {
+  const UOpPtr& index = access->src[0];
+  auto [base, offset] = split_offset(index->src[1]);
+  groups[{index->src[0].get(), base.get()}].emplace(offset, access);
+}
+
+// A plain access of one element of global memory at INDEX(buffer, i): what combine_accesses may merge.
+bool plain_access(const UOp& u, size_t arity, DType element) {
+  return u.src.size() == arity && u.src[0]->op == Op::INDEX && u.src[0]->src.size() == 2 &&
+         u.src[0]->src[0]->op == Op::DEFINE_GLOBAL && element.count == 1 && vector_memory(element);
+}
+
+// Each run of consecutive offsets in a group, cut into vectors of a power of two lanes (4 or more, at
+// most vector_bytes): fn(accesses of one vector, in lane order).
+template <class Fn>
+void for_each_vector(const Groups& groups, int64_t vector_bytes, DType (*element)(const UOp&), Fn fn) {
+  for (const auto& [key, accesses] : groups) {
+    int64_t most = std::min<int64_t>(16, vector_bytes / static_cast<int64_t>(element(*accesses.begin()->second).itemsize()));
+    for (auto it = accesses.begin(); it != accesses.end();) {
       std::vector<UOpPtr> run{it->second};
-      for (auto next = std::next(it); next != loads.end() && next->first == it->first + static_cast<int64_t>(run.size()) &&
+      for (auto next = std::next(it); next != accesses.end() && next->first == it->first + static_cast<int64_t>(run.size()) &&
                                       static_cast<int64_t>(run.size()) < most;
            ++next)
         run.push_back(next->second);
@@ -291,13 +288,92 @@ UOpPtr combine_loads(const UOpPtr& sink, int64_t vector_bytes) {
         ++it;
         continue;
       }
-      const UOpPtr& index = run[0]->src[0];
-      DType vec = run[0]->dtype.vec(static_cast<int>(width));
-      UOpPtr load = UOp::make(Op::LOAD, vec, {UOp::make(Op::INDEX, vec.ptr(index->dtype.addr), index->src)}, run[0]->arg);
-      for (size_t i = 0; i < width; ++i, ++it) replace[run[i].get()] = UOp::make(Op::GEP, run[0]->dtype, {load}, static_cast<int64_t>(i));
+      run.resize(width);
+      fn(run);
+      std::advance(it, static_cast<std::ptrdiff_t>(width));
     }
   }
-  return replace.empty() ? sink : substitute(sink, replace);
+}
+
+DType loaded(const UOp& u) { return u.dtype; }
+DType stored(const UOp& u) { return u.src[1]->dtype; }
+
+UOpPtr vector_index(const UOpPtr& index, DType vec) { return UOp::make(Op::INDEX, vec.ptr(index->dtype.addr), index->src); }
+
+// ALU(GEP(a, i), GEP(b, i), ...) -> GEP(ALU(a, b, ...), i): an op on lane i of vectors (constants
+// broadcast) is lane i of the op on the vectors. Every lane's copy interns to the same vector op, so a
+// transpose tile's scalar work per loaded value becomes one op per loaded vector. Only ops that cannot
+// trap on the lanes no one reads (float math, integer add/mul/min/max).
+const PatternMatcher& pm_gep_through_alu() {
+  static const PatternMatcher pm{{UPat::ops({Op::ADD, Op::SUB, Op::MUL, Op::NEG, Op::MULACC, Op::MAX, Op::MIN, Op::FDIV}),
+                                  [](const Match& m) -> UOpPtr {
+    const UOpPtr& u = m.root;
+    if (u->dtype.count != 1 || !vectorizable(*u) || (u->op == Op::FDIV && !is_float(u->dtype))) return nullptr;
+    const UOp* vec = nullptr;
+    int64_t lane = -1;
+    for (const UOpPtr& s : u->src) {
+      if (s->op == Op::CONST) continue;
+      if (s->op != Op::GEP || s->src[0]->dtype.count < 2 || (lane >= 0 && (s->arg_as<int64_t>() != lane || s->src[0]->dtype.count != vec->dtype.count)))
+        return nullptr;
+      vec = s->src[0].get();
+      lane = s->arg_as<int64_t>();
+    }
+    if (!vec) return nullptr;
+    int n = vec->dtype.count;
+    std::vector<UOpPtr> src;
+    for (const UOpPtr& s : u->src)
+      src.push_back(s->op == Op::CONST ? UOp::make(Op::CONST, s->dtype.vec(n), {}, s->arg) : s->src[0]);
+    return UOp::make(Op::GEP, u->dtype, {UOp::make(u->op, u->dtype.vec(n), src, u->arg)}, lane);
+  }}};
+  return pm;
+}
+
+}  // namespace
+
+UOpPtr combine_accesses(const UOpPtr& sink, int64_t vector_bytes) {
+  std::vector<UOpPtr> order = toposort(sink);
+  // A load whose value is broadcast into a vector stays scalar: x86 broadcasts straight from memory, so a
+  // vector load would only add a shuffle per use (a register tile's values meeting a vector of the other
+  // operand).
+  std::unordered_set<const UOp*> broadcast;
+  for (const UOpPtr& u : order)
+    if (u->op == Op::VECTORIZE && std::count(u->src.begin(), u->src.end(), u->src[0]) == static_cast<std::ptrdiff_t>(u->src.size()))
+      broadcast.insert(u->src[0].get());
+  Groups loads, stores;
+  for (const UOpPtr& u : order)
+    if (u->op == Op::LOAD && plain_access(*u, 1, u->dtype) && !broadcast.count(u.get())) add_access(loads, u);
+  for (const UOpPtr& u : sink->src)
+    if (u->op == Op::STORE && plain_access(*u, 2, u->src[1]->dtype)) add_access(stores, u);
+
+  std::unordered_map<const UOp*, UOpPtr> replace;
+  for_each_vector(loads, vector_bytes, loaded, [&](const std::vector<UOpPtr>& run) {
+    DType vec = run[0]->dtype.vec(static_cast<int>(run.size()));
+    UOpPtr load = UOp::make(Op::LOAD, vec, {vector_index(run[0]->src[0], vec)}, run[0]->arg);
+    for (size_t i = 0; i < run.size(); ++i) replace[run[i].get()] = UOp::make(Op::GEP, run[0]->dtype, {load}, static_cast<int64_t>(i));
+  });
+  // Stores: the lanes' values put together (a transpose in registers: a tile whose vector runs along an
+  // axis the output is strided in, its rows along the one it is contiguous in), one vector store.
+  std::unordered_map<const UOp*, UOpPtr> store_of;  // the first store of each run -> the vector store
+  std::unordered_set<const UOp*> merged;
+  for_each_vector(stores, vector_bytes, stored, [&](const std::vector<UOpPtr>& run) {
+    DType vec = run[0]->src[1]->dtype.vec(static_cast<int>(run.size()));
+    std::vector<UOpPtr> values;
+    for (const UOpPtr& st : run) {
+      values.push_back(st->src[1]);
+      merged.insert(st.get());
+    }
+    store_of[run[0].get()] = UOp::make(Op::STORE, dtypes::void_, {vector_index(run[0]->src[0], vec), UOp::make(Op::VECTORIZE, vec, values)}, run[0]->arg);
+  });
+  UOpPtr out = sink;
+  if (!store_of.empty()) {
+    std::vector<UOpPtr> src;
+    for (const UOpPtr& st : sink->src) {
+      if (auto v = store_of.find(st.get()); v != store_of.end()) src.push_back(v->second);
+      else if (!merged.count(st.get())) src.push_back(st);
+    }
+    out = sink->with_src(src);
+  }
+  return replace.empty() ? out : graph_rewrite(substitute(out, replace), pm_gep_through_alu(), nullptr, "ops on vector lanes");
 }
 
 }  // namespace kiln

@@ -23,10 +23,12 @@ namespace kiln {
 UOpPtr upcast(const UOpPtr& sink, const UOpPtr& r, int64_t amount);
 UOpPtr upcast_vector(const UOpPtr& sink, const UOpPtr& r, int64_t lanes);
 
-// Plain scalar loads of one buffer at base + c for consecutive constants c (the copies of a register tile
-// along an axis the buffer is contiguous in: a transpose tile) become one vector load of 4..16 lanes of at
-// most vector_bytes, taken apart with GEP. Loads broadcast into a vector stay scalar (x86 broadcasts from
-// memory). Unaligned: only for languages whose vector loads need no alignment (the host renderers).
-UOpPtr combine_loads(const UOpPtr& sink, int64_t vector_bytes);
+// Plain scalar loads or stores of one buffer at base + c for consecutive constants c become one vector
+// access of 4..16 lanes (at most vector_bytes): loads taken apart with GEP (the copies of a register
+// tile along an axis the source is contiguous in: a transpose tile), stores of the lanes put together
+// with VECTORIZE (a tile whose vector runs along an axis the output is strided in, its copies along the
+// one it is contiguous in). Loads broadcast into a vector stay scalar (x86 broadcasts from memory).
+// Unaligned: only for languages whose vector accesses need no alignment (the host renderers).
+UOpPtr combine_accesses(const UOpPtr& sink, int64_t vector_bytes);
 
 }  // namespace kiln

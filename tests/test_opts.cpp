@@ -183,7 +183,7 @@ TEST_CASE("a transpose is tiled along both axes, and split over threads along it
 
 TEST_CASE("the copies of a transpose tile read their source with vector loads; a broadcast operand stays scalar", "[opts]") {
   // (64, 96) -> (96, 64): the output vector gathers one value per source row; its copies along the
-  // source's contiguous axis read consecutive values, which one vector load fetches (combine_loads).
+  // source's contiguous axis read consecutive values, which one vector load fetches (combine_accesses).
   Tensor m = Tensor::rand({64, 96}).realize();
   Schedule s = Tensor::schedule({m.permute({1, 0}).contiguous()});
   REQUIRE(s.items.size() == 1);
@@ -222,6 +222,36 @@ TEST_CASE("the copies of a transpose tile read their source with vector loads; a
     }
     CHECK(broadcasts > 0);
     expect_close(run_kernel(mm.items[0], name, &tile), run_kernel(mm.items[0], "REF", nullptr));
+  }
+}
+
+TEST_CASE("a tile whose vector runs along a strided output axis stores its copies' lanes together, and ops on loaded lanes run on the vectors", "[opts]") {
+  // (64, 96) -> (96, 64) plus one, with the vector (16) along the output's rows, which the source is
+  // contiguous in, and 8 copies along its columns, which the output is contiguous in: each lane's 8
+  // copies are 8 consecutive outputs, stored as one vector (combine_accesses), and the add runs on the
+  // loaded vectors, not lane by lane.
+  Tensor m = Tensor::rand({64, 96}).realize();
+  Schedule s = Tensor::schedule({m.permute({1, 0}) + 1.0});
+  REQUIRE(s.items.size() == 1);
+  auto source = [](int64_t i) { return 0.25f + static_cast<float>((i * 7 + 13) % 29) / 16.0f; };
+  std::vector<float> want(64 * 96);
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 96; ++c) want[static_cast<size_t>(c * 64 + r)] = source(r * 96 + c) + 1.0f;
+  std::vector<Opt> tile{{OptOp::UPCAST, 0, 16}, {OptOp::UPCAST, 1, 8}};
+  for (const DeviceStatus& device : probe_devices()) {
+    if (!device.available || get_device(device.name).spec().vector_bytes < 32) continue;
+    CAPTURE(device.name);
+    Lowering l = lower_with_opts(s.items[0].ast, get_device(device.name).spec(), tile);
+    REQUIRE(l.kernel.has_value());
+    int vector_stores = 0, scalar_stores = 0, scalar_adds = 0;
+    for (const UOpPtr& u : l.kernel->linear) {
+      if (u->op == Op::STORE) (u->src[1]->dtype.count >= 8 ? vector_stores : scalar_stores) += 1;
+      if (u->op == Op::ADD && is_float(u->dtype) && u->dtype.count == 1) ++scalar_adds;
+    }
+    CHECK(vector_stores == 16);
+    CHECK(scalar_stores == 0);
+    CHECK(scalar_adds == 0);
+    expect_close(run_kernel(s.items[0], device.name, &tile), want);
   }
 }
 
