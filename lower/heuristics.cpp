@@ -209,6 +209,16 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
         }
       if (lanes != 0 || !reduces) break;
     }
+    // Elementwise with an innermost output loop too short for a vector (the (k, c, 3, 3) weight gradient
+    // put back in order from (k, 3, 3, c)): the vector goes along an output loop every moving load walks
+    // contiguously, its lanes stored scattered (E_256_256_3_3: 621 -> 126 us).
+    if (!reduces && lanes == 0 && remaining[outputs.back()] < 4)
+      for (size_t j = outputs.size() - 1; j-- > 0;)
+        if (int64_t l = lanes_for(outputs[j], true); l != 0) {
+          last = outputs[j];
+          lanes = l;
+          break;
+        }
     // No vector in a reduction: the copies of a scalar tile go along the innermost output loop of 16 or
     // more that some load walks contiguously, masked or not (a 3-channel input gradient: its image's
     // width, 16 copies x its 3 channels as rows; r_4_32_32_3_16_4_4 422 -> 111 us), not along a short one.

@@ -42,7 +42,8 @@ int64_t register_lanes(DType element, const DeviceSpec& spec);
 bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict = true);
 
 // Whether UPCAST(r, lanes) can become vector lanes: the device has vectors of that many elements, and
-// every store walks r contiguously with the lanes in one register. In a reduction the loads inside the
+// every store walks r contiguously with the lanes in one register, or (elementwise) every load that
+// moves along r walks it contiguously (the stores then scatter the lanes). In a reduction the loads inside the
 // loop decide (loads_contiguously); its stores, once per output, may scatter the lanes (a conv's
 // output channels: the weights are contiguous along them, the output is not).
 bool vector_eligible(const UOpPtr& sink, const UOpPtr& r, int64_t lanes, const DeviceSpec& spec);

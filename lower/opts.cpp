@@ -98,7 +98,7 @@ bool vector_eligible(const UOpPtr& sink, const UOpPtr& r, int64_t lanes, const D
   if (most == 0 || lanes < 2 || lanes > most || (lanes & (lanes - 1)) != 0) return false;
   bool reduces = has_reduce(sink);
   for (const UOpPtr& store : sink->src)
-    if (store->op != Op::STORE || (!reduces && !is_contiguous(store->src[0]->src[1], r))) return false;
+    if (store->op != Op::STORE || (!reduces && !is_contiguous(store->src[0]->src[1], r) && !loads_contiguously(sink, r))) return false;
   return !reduces || loads_contiguously(sink, r, /*strict=*/false);
 }
 
