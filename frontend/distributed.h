@@ -38,10 +38,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "frontend/data.h"
+#include "frontend/nn.h"
 #include "frontend/tensor.h"
 
 namespace kiln::dist {
@@ -79,5 +81,84 @@ double weighted_mean(double value, double weight);
 
 // This process's part of every epoch, for BatchIterator (frontend/data.h: the rule and the remainder).
 Shard shard(bool drop_remainder = false);
+
+// DistributedDataParallel: a module whose gradients are averaged across ranks, as torch's DDP.
+//
+//   dist::DistributedDataParallel ddp(model, {.bucket_bytes = 1 << 20, .sync_batch_norm = true});
+//   for (int i = 0; i < k; ++i) {                       // gradient accumulation over k micro-batches
+//     Tensor loss = nn::mse_loss(ddp(x[i]), y[i]) * (1.0 / k);
+//     if (i + 1 < k) { auto scope = ddp.no_sync(); ddp.backward(loss); }   // accumulate only
+//     else ddp.backward(loss);                                               // accumulate, then average
+//   }
+//   opt.step(); opt.zero_grad();
+//
+// - Construction broadcasts rank 0's parameters and buffers to every rank (assign: the module's own
+//   tensors take the values), so every rank starts alike. A model that differs across ranks (how many
+//   parameters and buffers, or a tensor's shape or dtype; names are not compared) is an Error on every
+//   rank, naming the first tensor that differs.
+// - backward(loss) runs loss.backward() and then sync_gradients(), unless a no_sync() scope is open:
+//   then the gradients only accumulate, and the next backward outside the scope averages the total, so
+//   the allreduce runs once per optimizer step, not once per micro-batch.
+// - sync_gradients() replaces each parameter's gradient by its mean over the ranks. Gradients are
+//   grouped in parameter order into buckets of at most bucket_bytes (a parameter larger than that is a
+//   bucket of its own); a bucket holds one device's gradients of one dtype as they travel (float16 and
+//   bfloat16 as float32, MPI having neither) and is one host buffer and one allreduce. A parameter with no gradient on any rank keeps none;
+//   one with a gradient on some ranks only counts as zeros on the others.
+// - broadcast_buffers (torch's default): after each sync, rank 0's buffers (running statistics) are
+//   copied to every rank, so all ranks hold rank 0's; torch copies them before every forward instead.
+// - sync_batch_norm: every nn::BatchNorm2d in the module normalizes with the statistics of the batch of
+//   all ranks, forward and backward (torch.nn.SyncBatchNorm; see BatchNorm2d::sum_across_processes). Its
+//   running statistics are then the same on every rank without broadcast_buffers. Off (the default):
+//   each rank normalizes with its own batch's statistics, as torch's DDP does.
+// In a world of one rank nothing is communicated (sync_gradients leaves the gradients as they are).
+struct DdpOptions {
+  size_t bucket_bytes = size_t{25} << 20;  // torch's default bucket_cap_mb = 25
+  bool broadcast_buffers = true;
+  bool sync_batch_norm = false;
+};
+
+class DistributedDataParallel {
+ public:
+  explicit DistributedDataParallel(std::shared_ptr<nn::Module> module, DdpOptions options = {});
+
+  Tensor forward(const Tensor& x) { return module_->forward(x); }
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  void backward(const Tensor& loss);
+  void sync_gradients();
+
+  // While one exists, backward() does not synchronize.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(&ddp) { ++ddp_->no_sync_depth_; }
+    ~NoSync() { if (ddp_) --ddp_->no_sync_depth_; }
+    NoSync(NoSync&& other) noexcept : ddp_(other.ddp_) { other.ddp_ = nullptr; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+
+   private:
+    DistributedDataParallel* ddp_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  nn::Module& module() { return *module_; }
+  // Parameter indices (into module().parameters()) of each bucket, in sync order.
+  const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+  struct Stats {
+    int64_t syncs = 0;       // sync_gradients calls that communicated
+    int64_t allreduces = 0;  // bucket allreduces
+    int64_t bytes = 0;       // bytes of gradients allreduced (each rank's share)
+  };
+  Stats stats() const { return stats_; }
+
+ private:
+  std::shared_ptr<nn::Module> module_;
+  DdpOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<std::vector<size_t>> buckets_;
+  int no_sync_depth_ = 0;
+  Stats stats_;
+  void broadcast_buffers();
+};
 
 }  // namespace kiln::dist

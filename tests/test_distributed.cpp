@@ -15,6 +15,7 @@
 #include "devices/device.h"
 #include "frontend/distributed.h"
 #include "frontend/jit.h"
+#include "frontend/optim.h"
 #include "helpers.h"
 #include "uop/config.h"
 
@@ -72,6 +73,52 @@ std::vector<ReduceOp> all_ops() { return {ReduceOp::Sum, ReduceOp::Mean, ReduceO
 
 // The ops a dtype supports: bool has no mean.
 std::vector<ReduceOp> ops_for(DType d) { return is_bool(d) ? std::vector<ReduceOp>{ReduceOp::Sum, ReduceOp::Max} : all_ops(); }
+
+// --- small models, built alike on every rank from a seed ---------------------------------------------
+
+std::shared_ptr<nn::Sequential> mlp(uint64_t seed, int64_t hidden = 8) {
+  Tensor::manual_seed(seed);
+  auto net = std::make_shared<nn::Sequential>();
+  net->add("fc1", std::make_shared<nn::Linear>(4, hidden)).add("relu", std::make_shared<nn::ReLU>());
+  net->add("fc2", std::make_shared<nn::Linear>(hidden, 3));
+  return net;
+}
+
+std::shared_ptr<nn::Sequential> convnet(uint64_t seed) {  // (N, 1, 6, 6) -> (N, 3), with batch norm
+  Tensor::manual_seed(seed);
+  auto net = std::make_shared<nn::Sequential>();
+  net->add("conv", std::make_shared<nn::Conv2d>(1, 2, std::array<int64_t, 2>{3, 3})).add("bn", std::make_shared<nn::BatchNorm2d>(2));
+  net->add("relu", std::make_shared<nn::ReLU>()).add("flat", std::make_shared<nn::Flatten>());
+  net->add("fc", std::make_shared<nn::Linear>(2 * 4 * 4, 3));
+  return net;
+}
+
+// Rows of a data set every rank builds alike (host random numbers): inputs of `shape` and (rows, 3) targets.
+std::pair<Tensor, Tensor> data(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(kiln::numel(shape))), y(static_cast<size_t>(shape[0] * 3));
+  for (float& v : x) v = normal(rng);
+  for (float& v : y) v = normal(rng);
+  return {Tensor::from_vector(x, shape), Tensor::from_vector(y, {shape[0], 3})};
+}
+
+// "" when every rank's t has rank 0's bytes, else the first rank whose bytes differ.
+std::string differs_across_ranks(const Tensor& t) {
+  std::vector<uint8_t> mine = Tensor(t).to_bytes(), all = dist::allgather(t.reshape({1, t.numel()})).to_bytes();
+  for (size_t r = 1; r < all.size() / std::max<size_t>(mine.size(), 1); ++r)
+    if (std::memcmp(all.data(), all.data() + r * mine.size(), mine.size()) != 0) return cat("rank ", r, "'s bytes differ from rank 0's");
+  return "";
+}
+
+std::vector<double> flat_values(const nn::Module& m) {
+  std::vector<double> out;
+  for (auto& [name, t] : m.state_dict()) {
+    std::vector<double> v = values(t);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -235,6 +282,48 @@ TEST_CASE("shard: a BatchIterator with a shard yields that shard's samples, and 
   CHECK_THROWS_WITH(BatchIterator({ids}, 4, false, 0, true, Shard{0, 4}), Contains("(rank 0's part of 10) make no batch of 4"));
 }
 
+// --- data parallel in a world of one ------------------------------------------------------------------------
+
+TEST_CASE("ddp: gradients are bucketed in parameter order, at most bucket_bytes each unless one parameter is larger", "[distributed]") {
+  auto net = mlp(1);  // fc1.weight 32 floats (128 bytes), fc1.bias 8 (32), fc2.weight 24 (96), fc2.bias 3 (12)
+  using Buckets = std::vector<std::vector<size_t>>;
+  CHECK(dist::DistributedDataParallel(net, {.bucket_bytes = 160}).buckets() == Buckets{{0, 1}, {2, 3}});
+  CHECK(dist::DistributedDataParallel(net, {.bucket_bytes = 64}).buckets() == Buckets{{0}, {1}, {2}, {3}});
+  CHECK(dist::DistributedDataParallel(net).buckets() == Buckets{{0, 1, 2, 3}});
+  CHECK_THROWS_WITH(dist::DistributedDataParallel(net, {.bucket_bytes = 0}), Contains("bucket_bytes is 0"));
+  CHECK_THROWS_WITH(dist::DistributedDataParallel(nullptr), Contains("the module is null"));
+}
+
+TEST_CASE("ddp: in a world of one, backward is loss.backward() and nothing is communicated", "[distributed]") {
+  auto net = mlp(2), ref = mlp(2);
+  dist::DistributedDataParallel ddp(net);
+  auto [x, y] = data({6, 4}, 3);
+  {
+    auto scope = ddp.no_sync();
+    ddp.backward(nn::mse_loss(ddp(x), y));
+  }
+  ddp.backward(nn::mse_loss(ddp(x), y));
+  nn::mse_loss(ref->forward(x), y).backward();
+  nn::mse_loss(ref->forward(x), y).backward();
+  std::vector<Tensor> a = net->parameters(), b = ref->parameters();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(first_difference(values(*a[i].grad()), values(*b[i].grad())) == "");
+  CHECK(ddp.stats().syncs == 0);
+  CHECK(ddp.stats().allreduces == 0);
+}
+
+TEST_CASE("ddp: synchronized batch norm in a world of one is batch norm: outputs, gradients, running statistics", "[distributed]") {
+  auto net = convnet(5), ref = convnet(5);
+  dist::DistributedDataParallel ddp(net, {.sync_batch_norm = true});
+  auto [x, y] = data({4, 1, 6, 6}, 9);
+  Tensor out = ddp(x), want = ref->forward(x);
+  CHECK(first_difference(values(out), values(want), 1e-5) == "");
+  ddp.backward(nn::mse_loss(out, y));
+  nn::mse_loss(want, y).backward();
+  std::vector<Tensor> a = net->parameters(), b = ref->parameters();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(first_difference(values(*a[i].grad()), values(*b[i].grad()), 1e-5) == "");
+  CHECK(first_difference(flat_values(*net), flat_values(*ref), 1e-5) == "");
+}
+
 // --- several ranks (hidden: run under mpirun by tests/CMakeLists.txt) -------------------------------------------
 
 TEST_CASE("mpi: the ranks are 0..world-1 and the world is mpirun's", "[.mpi]") {
@@ -396,4 +485,109 @@ TEST_CASE("mpi: every rank's shard of an epoch is its own; together they cover t
       }
     }
   }
+}
+
+// Data parallel against one process on the whole batch. Tolerance: the two differ only in float32
+// rounding (the gradient of one mean over W*m rows against the mean of W means over m rows each, and
+// MPI's summation order), a few ulps per step, kept below 1e-5 over these few SGD steps.
+TEST_CASE("mpi: ddp over per-rank halves equals one process on the whole batch, and every rank holds the same bits", "[.mpi]") {
+  int world = dist::world_size(), me = dist::rank();
+  const int64_t m = 4, steps = 5;
+  auto [x, y] = data({m * world, 4}, 21);
+  Tensor mx = x.slice(0, me * m, (me + 1) * m), my = y.slice(0, me * m, (me + 1) * m);
+  auto ref = mlp(100);
+  optim::SGD ref_opt(ref->parameters(), 0.1, 0.9);
+  auto net = mlp(100 + static_cast<uint64_t>(me));  // different on every rank: construction copies rank 0's
+  dist::DistributedDataParallel ddp(net, {.bucket_bytes = 160});
+  optim::SGD opt(net->parameters(), 0.1, 0.9);
+  CHECK(first_difference(flat_values(*net), flat_values(*ref)) == "");
+  for (int64_t step = 0; step < steps; ++step) {
+    INFO("step " << step);
+    Tensor ref_loss = nn::mse_loss(ref->forward(x), y);
+    ref_loss.backward();
+    ref_opt.step({ref_loss});
+    ref_opt.zero_grad();
+    Tensor loss = nn::mse_loss(ddp(mx), my);
+    ddp.backward(loss);
+    opt.step({loss});
+    opt.zero_grad();
+    CHECK(dist::reduce_metric(loss.item<float>()) == Approx(ref_loss.item<float>()).epsilon(1e-5));
+    for (const Tensor& p : net->parameters()) CHECK(differs_across_ranks(p) == "");
+  }
+  CHECK(first_difference(flat_values(*net), flat_values(*ref), 1e-5) == "");
+  CHECK(ddp.stats().syncs == (world > 1 ? steps : 0));  // a world of one communicates nothing
+  CHECK(ddp.stats().allreduces == (world > 1 ? steps * 2 : 0));
+}
+
+TEST_CASE("mpi: ddp gradient accumulation with no_sync equals one big batch, with one allreduce per bucket per step", "[.mpi]") {
+  int world = dist::world_size(), me = dist::rank();
+  const int64_t m = 3, k = 2, steps = 3;
+  auto [x, y] = data({world * k * m, 4}, 5);
+  auto ref = mlp(7);
+  optim::SGD ref_opt(ref->parameters(), 0.05);
+  auto net = mlp(7);
+  dist::DistributedDataParallel ddp(net, {.bucket_bytes = 64});
+  optim::SGD opt(net->parameters(), 0.05);
+  for (int64_t step = 0; step < steps; ++step) {
+    nn::mse_loss(ref->forward(x), y).backward();
+    ref_opt.step();
+    ref_opt.zero_grad();
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t first = (me * k + j) * m;
+      Tensor loss = nn::mse_loss(ddp(x.slice(0, first, first + m)), y.slice(0, first, first + m)) * (1.0 / k);
+      if (j + 1 < k) {
+        auto scope = ddp.no_sync();
+        ddp.backward(loss);
+      } else {
+        ddp.backward(loss);
+      }
+    }
+    opt.step();
+    opt.zero_grad();
+  }
+  CHECK(first_difference(flat_values(*net), flat_values(*ref), 1e-5) == "");
+  CHECK(ddp.stats().syncs == (world > 1 ? steps : 0));  // once per optimizer step, not per micro-batch
+  CHECK(ddp.stats().allreduces == (world > 1 ? steps * static_cast<int64_t>(ddp.buckets().size()) : 0));
+  CHECK(ddp.buckets().size() == 4);
+}
+
+TEST_CASE("mpi: ddp with synchronized batch norm equals one process on the whole batch, running statistics too", "[.mpi]") {
+  int world = dist::world_size(), me = dist::rank();
+  const int64_t m = 2, steps = 4;
+  auto [x, y] = data({m * world, 1, 6, 6}, 17);
+  auto ref = convnet(3);
+  optim::SGD ref_opt(ref->parameters(), 0.1);
+  auto net = convnet(3);
+  dist::DistributedDataParallel ddp(net, {.sync_batch_norm = true});
+  optim::SGD opt(net->parameters(), 0.1);
+  for (int64_t step = 0; step < steps; ++step) {
+    nn::mse_loss(ref->forward(x), y).backward();
+    ref_opt.step(ref->buffers());
+    ref_opt.zero_grad();
+    ddp.backward(nn::mse_loss(ddp(x.slice(0, me * m, (me + 1) * m)), y.slice(0, me * m, (me + 1) * m)));
+    opt.step(net->buffers());
+    opt.zero_grad();
+  }
+  CHECK(first_difference(flat_values(*net), flat_values(*ref), 1e-5) == "");
+}
+
+TEST_CASE("mpi: ddp with per-rank batch norm leaves rank 0's running statistics on every rank after each sync", "[.mpi]") {
+  int me = dist::rank();
+  auto net = convnet(3);
+  dist::DistributedDataParallel ddp(net);
+  optim::SGD opt(net->parameters(), 0.1);
+  auto [x, y] = data({2, 1, 6, 6}, 40 + static_cast<uint32_t>(me));  // a different batch on every rank
+  ddp.backward(nn::mse_loss(ddp(x), y));
+  opt.step(net->buffers());
+  for (const Tensor& b : net->buffers()) CHECK(differs_across_ranks(b) == "");
+}
+
+TEST_CASE("mpi: ddp over models that differ across ranks is an error on every rank", "[.mpi]") {
+  int me = dist::rank();
+  if (dist::world_size() < 2) return;
+  CHECK_THROWS_WITH(dist::DistributedDataParallel(mlp(1, me == 1 ? 9 : 8)),
+                    Contains("DistributedDataParallel: copying \"fc1.weight\" from rank 0") && Contains("disagree"));
+  auto net = mlp(1);
+  if (me == 1) net->add("extra", std::make_shared<nn::Linear>(3, 3));
+  CHECK_THROWS_WITH(dist::DistributedDataParallel(net), Contains("rank 1's model has 6 parameters") || Contains("this rank's 6"));
 }
