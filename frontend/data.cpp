@@ -175,8 +175,39 @@ HostTensor parse_idx(std::vector<uint8_t> bytes, const std::string& path) {
 
 // --- BatchIterator -------------------------------------------------------------------------------
 
-BatchIterator::BatchIterator(std::vector<HostTensor> arrays, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last)
-    : arrays_(std::move(arrays)), samples_(0), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), seed_(seed) {
+std::vector<int64_t> epoch_order(int64_t samples, bool shuffle, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> out(static_cast<size_t>(samples));
+  std::iota(out.begin(), out.end(), int64_t{0});
+  if (!shuffle) return out;
+  uint64_t state = seed;
+  state = splitmix64(state) ^ static_cast<uint64_t>(epoch);  // one stream per (seed, epoch)
+  for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[uniform_below(state, i)]);
+  return out;
+}
+
+namespace {
+void check_shard(const Shard& s, const char* op) {
+  if (s.world < 1 || s.rank < 0 || s.rank >= s.world)
+    throw Error(cat(op, ": shard rank ", s.rank, " of world ", s.world, " is out of range; need world >= 1 and 0 <= rank < world"));
+}
+int64_t shard_size(int64_t samples, const Shard& s) {
+  return s.drop_remainder ? samples / s.world : (samples + s.world - 1) / s.world;
+}
+}  // namespace
+
+std::vector<int64_t> shard_of(const std::vector<int64_t>& order, const Shard& shard) {
+  check_shard(shard, "shard_of");
+  int64_t n = static_cast<int64_t>(order.size()), count = shard_size(n, shard);
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(count));
+  // Position p of the padded order is order[p mod n]: padding repeats the order from its start.
+  for (int64_t i = 0; i < count; ++i) out.push_back(order[static_cast<size_t>((shard.rank + i * shard.world) % n)]);
+  return out;
+}
+
+BatchIterator::BatchIterator(std::vector<HostTensor> arrays, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, Shard shard)
+    : arrays_(std::move(arrays)), samples_(0), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), shard_(shard), seed_(seed) {
+  check_shard(shard, "BatchIterator");
   if (arrays_.empty()) throw Error("BatchIterator: no arrays; pass at least one HostTensor (e.g. images and labels)");
   if (batch_size <= 0) throw Error(cat("BatchIterator: batch size ", batch_size, " must be positive"));
   samples_ = arrays_[0].shape.empty() ? 0 : arrays_[0].shape[0];
@@ -194,28 +225,25 @@ BatchIterator::BatchIterator(std::vector<HostTensor> arrays, int64_t batch_size,
       throw Error(cat("BatchIterator: array ", i, " has shape ", shape_str(a.shape), ": each of its ", samples_,
                       " samples is 0 bytes; every array needs data per sample (a corrupt file?)"));
   }
+  epoch_samples_ = shard_size(samples_, shard_);
   if (batches_per_epoch() == 0)
-    throw Error(cat("BatchIterator: ", samples_, " samples make no batch of ", batch_size, drop_last ? " with drop_last" : "",
-                    "; use a smaller batch size", drop_last ? " or drop_last = false" : ""));
+    throw Error(cat("BatchIterator: ", epoch_samples_, " samples", shard_.world > 1 ? cat(" (rank ", shard_.rank, "'s part of ", samples_, ")") : "",
+                    " make no batch of ", batch_size, drop_last ? " with drop_last" : "", "; use a smaller batch size",
+                    drop_last ? " or drop_last = false" : ""));
 }
 
 int64_t BatchIterator::batches_per_epoch() const {
-  return drop_last_ ? samples_ / batch_size_ : (samples_ + batch_size_ - 1) / batch_size_;
+  return drop_last_ ? epoch_samples_ / batch_size_ : (epoch_samples_ + batch_size_ - 1) / batch_size_;
 }
 
 std::vector<int64_t> BatchIterator::order(int64_t epoch) const {
-  std::vector<int64_t> out(static_cast<size_t>(samples_));
-  std::iota(out.begin(), out.end(), int64_t{0});
-  if (!shuffle_) return out;
-  uint64_t state = seed_;
-  state = splitmix64(state) ^ static_cast<uint64_t>(epoch);  // one stream per (seed, epoch)
-  for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[uniform_below(state, i)]);
-  return out;
+  std::vector<int64_t> all = epoch_order(samples_, shuffle_, seed_, epoch);
+  return shard_.world == 1 ? all : shard_of(all, shard_);
 }
 
 bool BatchIterator::next(std::vector<Tensor>& batch, const std::string& device) {
   batch.clear();
-  int64_t end = drop_last_ ? batches_per_epoch() * batch_size_ : samples_;
+  int64_t end = drop_last_ ? batches_per_epoch() * batch_size_ : epoch_samples_;
   if (position_ >= end) {
     ++epoch_;
     position_ = 0;
@@ -225,7 +253,7 @@ bool BatchIterator::next(std::vector<Tensor>& batch, const std::string& device) 
     order_ = order(epoch_);
     order_epoch_ = epoch_;
   }
-  int64_t count = std::min(batch_size_, samples_ - position_);
+  int64_t count = std::min(batch_size_, epoch_samples_ - position_);
   for (size_t a = 0; a < arrays_.size(); ++a) {
     size_t row = row_bytes_[a];
     scratch_.resize(static_cast<size_t>(count) * row);
@@ -241,9 +269,9 @@ bool BatchIterator::next(std::vector<Tensor>& batch, const std::string& device) 
 }
 
 void BatchIterator::set_state(const State& state) {
-  if (state.epoch < 0 || state.position < 0 || state.position > samples_)
+  if (state.epoch < 0 || state.position < 0 || state.position > epoch_samples_)
     throw Error(cat("BatchIterator::set_state: epoch ", state.epoch, ", position ", state.position, " is out of range (epoch >= 0, 0 <= position <= ",
-                    samples_, "); pass a State saved from an iterator over the same data"));
+                    epoch_samples_, "); pass a State saved from an iterator over the same data"));
   if (state.seed != seed_) order_epoch_ = -1;
   seed_ = state.seed;
   epoch_ = state.epoch;

@@ -42,20 +42,35 @@ Tensor sum_to(const Tensor& t, const Shape& shape) {
 // statistics gave the backward six reductions over the whole input, each a kernel (batch norm's 8 per
 // layer were 16% of a ResNet step); this has two, and when w is constant along `axes` (batch norm)
 // mean(g) and mean(g * xhat) are db and dw scaled, so dw and db cost none of their own.
+//
+// With `across` (synchronized batch norm: it sums a tensor over every process), the statistics are the
+// whole batch's across processes: the sums over `axes` and the count are summed across, and so are
+// sum(g) and sum(g * xhat) in dx, whose means divide by the count across; dw and db stay this process's
+// sums, as data parallel training averages them with every other gradient.
 struct Normalized {
   Tensor y, mean, var;
+  double count;  // the values each statistic is taken over (across processes when synchronized)
 };
+using SumAcross = std::function<Tensor(const Tensor&)>;
 Normalized normalize(const Tensor& x, const std::vector<int64_t>& axes, double eps, const std::optional<Tensor>& w,
-                     const std::optional<Tensor>& b) {
-  Tensor mean = x.mean(axes, true), centered = x - mean;
-  Tensor var = (centered * centered).mean(axes, true);
+                     const std::optional<Tensor>& b, const SumAcross& across = {}) {
+  int64_t n = 1;
+  for (int64_t a : axes) n *= x.shape()[static_cast<size_t>(a)];
+  double count = static_cast<double>(n);
+  Tensor mean, centered, var;
+  if (across) {  // two passes over the batch of every process; the collectives' results carry no graph
+    count = static_cast<double>(across(Tensor::full({}, count, dtypes::int64)).item<int64_t>());
+    mean = across(x.sum(axes, true)) / count, centered = x - mean;
+    var = across((centered * centered).sum(axes, true)) / count;
+  } else {
+    mean = x.mean(axes, true), centered = x - mean;
+    var = (centered * centered).mean(axes, true);
+  }
   Tensor rstd = (var + eps).rsqrt(), xhat = centered * rstd;
   Tensor y = w ? xhat * *w : xhat;
   if (b) y = y + *b;
-  if (!grad_enabled() || !is_float(x.dtype())) return {y, mean, var};
+  if (!grad_enabled() || !is_float(x.dtype())) return {y, mean, var, count};
 
-  int64_t n = 1;
-  for (int64_t a : axes) n *= x.shape()[static_cast<size_t>(a)];
   // w's broadcast axes are exactly `axes`: its gradient's reduction is the one dx needs.
   auto broadcast_along_axes = [&](const Tensor& p) {
     if (p.ndim() != x.ndim()) return false;
@@ -84,12 +99,19 @@ Normalized normalize(const Tensor& x, const std::vector<int64_t>& axes, double e
       Tensor s1 = dy.sum(axes, true), s2 = (dy * xh).sum(axes, true);
       if (wanted[0]) {
         Tensor scale = has_w ? Tensor(w_u, ws) * rs_t : rs_t;
-        out[0] = scale * (dy - (s1 + xh * s2) * (1.0 / static_cast<double>(n)));
+        Tensor t1 = s1, t2 = s2;
+        if (across) {  // one collective for both sums
+          Tensor both = across(Tensor::cat({s1, s2}));
+          int64_t k = s1.shape()[0];
+          t1 = both.slice(0, 0, k), t2 = both.slice(0, k, 2 * k);
+        }
+        out[0] = scale * (dy - (t1 + xh * t2) * (1.0 / count));
       }
       if (has_w && wanted[wi]) out[wi] = s2.reshape(ws);
       if (has_b && wanted[bi]) out[bi] = s1.reshape(bs);
       return out;
     }
+    if (across) throw InternalError("normalize: statistics summed across processes need w and b broadcast along the axes (batch norm)");
     if (wanted[0]) {
       Tensor g = has_w ? dy * Tensor(w_u, ws) : dy;
       out[0] = rs_t * (g - g.mean(axes, true) - xh * (g * xh).mean(axes, true));
@@ -98,7 +120,7 @@ Normalized normalize(const Tensor& x, const std::vector<int64_t>& axes, double e
     if (has_b && wanted[bi]) out[bi] = sum_to(dy, bs);
     return out;
   });
-  return {y, mean, var};
+  return {y, mean, var, count};
 }
 
 }  // namespace
@@ -256,11 +278,12 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     Tensor y = (x - running_mean.reshape(cs)) * (running_var.reshape(cs) + eps).rsqrt();
     return w ? y * *w + *b : y;
   }
-  int64_t n = x.numel() / c;
-  if (n <= 1) throw Error(kiln::cat("BatchNorm2d: training needs more than one value per channel, input ", shape_str(x.shape())));
-  Normalized norm = normalize(x, {0, 2, 3}, eps, w, b);  // the biased variance, for normalizing (as PyTorch)
+  Normalized norm = normalize(x, {0, 2, 3}, eps, w, b, sum_across_processes);  // the biased variance, for normalizing (as PyTorch)
+  if (norm.count <= 1)
+    throw Error(kiln::cat("BatchNorm2d: training needs more than one value per channel, input ", shape_str(x.shape()),
+                          sum_across_processes ? kiln::cat(" (", norm.count, " across processes)") : ""));
   NoGradGuard no_grad;  // running statistics are data, updated with the unbiased variance
-  double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+  double unbias = norm.count / (norm.count - 1);
   running_mean.assign(running_mean * (1 - momentum) + norm.mean.reshape({c}) * momentum);
   running_var.assign(running_var * (1 - momentum) + norm.var.reshape({c}) * (momentum * unbias));
   num_batches_tracked.assign(num_batches_tracked + 1.0);

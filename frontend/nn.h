@@ -8,6 +8,7 @@
 // collected recursively with dotted names ("conv1.weight") like PyTorch's. Initializations are
 // PyTorch's defaults, drawn from kiln's seeded RNG (Tensor::manual_seed).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +39,8 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool training() const { return training_; }
+  // The direct submodules, by name, in registration order (torch's named_children).
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
 
  protected:
   Tensor register_parameter(const std::string& name, Tensor value);  // made a leaf with requires_grad
@@ -90,6 +93,13 @@ class BatchNorm2d : public Module {
   std::optional<Tensor> weight, bias;
   Tensor running_mean, running_var, num_batches_tracked;
   double eps, momentum;
+  // Synchronized batch norm (torch.nn.SyncBatchNorm), set by dist::DistributedDataParallel's
+  // sync_batch_norm: a function that returns its argument summed elementwise over every process of the
+  // job. When set, training normalizes with the mean and variance of the whole batch across processes
+  // (and updates the running statistics with them), and the gradient sums its two statistics terms
+  // across processes too, so it is the gradient of one batch of every process's samples. Unset: each
+  // process normalizes with its own batch (PyTorch's default).
+  std::function<Tensor(const Tensor&)> sum_across_processes;
 };
 
 class LayerNorm : public Module {

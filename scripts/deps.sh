@@ -22,6 +22,7 @@ dataset-fashion-mnist
 ocl-icd-libopencl1
 pocl-opencl-icd
 libvulkan-dev mesa-vulkan-drivers spirv-headers spirv-tools
+openmpi-bin libopenmpi-dev
 "
 # cmake, ninja-build, g++: the build (g++ 12; clang 15 builds it too, clang 14 cannot: libstdc++ 12's
 # <source_location> needs clang 15's __builtin_source_location).  clang-15: the fuzz targets (.ci/run,
@@ -38,6 +39,8 @@ libvulkan-dev mesa-vulkan-drivers spirv-headers spirv-tools
 # the OPENCL device (dlopen'ed; unavailable without them) runs its conformance suite everywhere.
 # libvulkan-dev, spirv-headers: Vulkan and SPIR-V headers (the loader is dlopen'ed at run time);
 # mesa-vulkan-drivers: lavapipe, the VULKAN device on machines without a GPU; spirv-tools: spirv-val.
+# openmpi-bin, libopenmpi-dev: kiln::dist's collectives and data-parallel training (libmpi.so.40,
+# dlopen'ed; without it a process is a world of one) and mpirun, which runs the 2-rank tests.
 
 missing=""
 for pkg in $PACKAGES; do

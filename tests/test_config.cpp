@@ -74,6 +74,12 @@ TEST_CASE("config: the cache directory follows XDG, then HOME, then /tmp", "[con
   CHECK(parse({{"KILN_CACHE_DIR", "/mine"}, {"XDG_CACHE_HOME", "/xdg"}}).cache_dir == "/mine");
 }
 
+TEST_CASE("config: mpirun's OMPI_COMM_WORLD_SIZE is read, 0 without it", "[config]") {
+  CHECK(parse({}).mpi_world_size == 0);
+  CHECK(parse({{"OMPI_COMM_WORLD_SIZE", "4"}}).mpi_world_size == 4);
+  CHECK_THROWS_WITH(parse({{"OMPI_COMM_WORLD_SIZE", "0"}}), "OMPI_COMM_WORLD_SIZE=\"0\" is out of range; use an integer >= 1");
+}
+
 TEST_CASE("config: bad numbers name the variable, the value and the accepted range", "[config]") {
   CHECK_THROWS_WITH(parse({{"KILN_DEBUG", "abc"}}), "KILN_DEBUG=\"abc\" is not a number; use an integer 0..6");
   CHECK_THROWS_WITH(parse({{"KILN_DEBUG", "3x"}}), "KILN_DEBUG=\"3x\" is not a number; use an integer 0..6");

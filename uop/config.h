@@ -39,6 +39,9 @@ struct Config {
   int fuzz = 1;           // KILN_FUZZ: multiplier for randomized test counts (longer local runs), >= 1
   bool spirv_val = false; // KILN_SPIRV_VAL: the VULKAN device runs spirv-val on every module it compiles
   std::string cpu_compiler = "auto";  // KILN_CPU_COMPILER: the CPU device's compiler: auto (LLVM in-process, else C), llvm, c
+  // Not a knob: what the launcher says about this process. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE
+  // in each process it starts; frontend/distributed.h loads MPI only then. 0: not started by mpirun.
+  int mpi_world_size = 0;
 
   // Reads the KILN_* variables; an unset or blank variable keeps its default. Throws Error on a bad value.
   static Config from_env();
