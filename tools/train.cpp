@@ -2,6 +2,7 @@
 // checkpoints, and a test-set accuracy as the last line.
 #include "train.h"
 
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -13,6 +14,7 @@
 
 #include "frontend/checkpoint.h"
 #include "frontend/data.h"
+#include "frontend/distributed.h"
 #include "frontend/jit.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
@@ -125,10 +127,22 @@ void run_train(const TrainOptions& o) {
   auto [test_x, test_y] = read_mnist(find_file(dir, "t10k-images-idx3-ubyte"), find_file(dir, "t10k-labels-idx1-ubyte"));
   double mean = o.dataset == "fashion" ? 0.2860 : 0.1307, stddev = o.dataset == "fashion" ? 0.3530 : 0.3081;
 
+  // Under mpirun: data parallel. Each rank takes batch/world samples of every step from its own shard of
+  // the epoch's seeded order, the gradients are averaged across ranks (DistributedDataParallel), so a
+  // step is the same global batch as in one process; rank 0 prints and writes.
+  const int world = dist::world_size();
+  const bool main_rank = dist::is_main();
+  if (o.batch_size % world != 0)
+    throw Error(kiln::cat("train: --batch-size ", o.batch_size, " does not split over ", world, " ranks; give a multiple of ", world));
+  if (world > 1 && !o.resume.empty())
+    throw Error("train: --resume under mpirun is not implemented yet (restart from committed state with a changed number of "
+                "ranks is issue 13's next step); resume in one process");
   Tensor::manual_seed(o.seed);
   auto model = make_mnist_cnn();
+  std::optional<dist::DistributedDataParallel> ddp;
+  if (world > 1) ddp.emplace(model);  // rank 0's initial parameters everywhere
   optim::AdamW opt(model->parameters(), o.lr, 0.9, 0.999, 1e-8, 1e-4);
-  BatchIterator batches({train_x, train_y}, o.batch_size, true, o.seed, true);
+  BatchIterator batches({train_x, train_y}, o.batch_size / world, true, o.seed, true, dist::shard(true));
   int64_t per_epoch = batches.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps >= 0) total = std::min(total, o.max_steps);
@@ -144,11 +158,16 @@ void run_train(const TrainOptions& o) {
                             "); resume with the data and --batch-size it was saved with"));
     }
     schedule.set_count(st.scheduler_count);
-    std::cerr << "kiln: train: resumed " << o.resume << " at step " << step << " (epoch " << st.data.epoch + 1 << ")\n";
+    if (main_rank) std::cerr << "kiln: train: resumed " << o.resume << " at step " << step << " (epoch " << st.data.epoch + 1 << ")\n";
   }
-  std::cerr << "kiln: train: " << (o.dataset == "fashion" ? "Fashion-MNIST" : "MNIST") << ", " << train_x.shape[0] << " training images, "
-            << o.epochs << " epochs of " << per_epoch << " steps (batch " << o.batch_size << "), device "
-            << (model->parameters()[0].device()) << "\n";
+  if (main_rank)
+    std::cerr << "kiln: train: " << (o.dataset == "fashion" ? "Fashion-MNIST" : "MNIST") << ", " << train_x.shape[0] << " training images, "
+              << o.epochs << " epochs of " << per_epoch << " steps (batch " << o.batch_size << "), device "
+              << (model->parameters()[0].device())
+              << (world > 1 ? kiln::cat(", data parallel over ", world, " MPI ranks (", o.batch_size / world, " samples each per step; no Jit: "
+                                        "a captured step cannot hold the gradients' allreduce)")
+                            : std::string())
+              << "\n";
 
   auto start = Clock::now();
   auto last_print = start;
@@ -159,7 +178,8 @@ void run_train(const TrainOptions& o) {
   // the Jit captures it on its first calls and replays its kernels after (frontend/jit.h).
   auto train_step = [&](const std::vector<Tensor>& in) {
     Tensor loss = nn::cross_entropy(model->forward(prepare(in[0], mean, stddev)), in[1]);
-    loss.backward();
+    if (ddp) ddp->backward(loss);  // backward, then the gradients averaged across the ranks
+    else loss.backward();
     std::vector<Tensor> extra = model->buffers();
     extra.push_back(loss);
     opt.step(extra);
@@ -170,10 +190,11 @@ void run_train(const TrainOptions& o) {
   std::vector<Tensor> batch;
   while (step < total) {
     if (!batches.next(batch)) continue;  // end of an epoch: the next call starts the next one
-    Tensor loss = o.jit ? jit(batch)[0] : train_step(batch)[0];
+    Tensor loss = o.jit && !ddp ? jit(batch)[0] : train_step(batch)[0];
     schedule.step();
     ++step;
-    float value = loss.item<float>();
+    // Every rank's loss is of its part of the batch: their mean is the global batch's.
+    float value = ddp ? static_cast<float>(dist::reduce_metric(loss.item<float>())) : loss.item<float>();
     if (!std::isfinite(value))
       throw Error(kiln::cat("train: the loss is ", value, " at step ", step, " (epoch ", batches.epoch() + 1,
                             "); training stopped. Try a lower --lr (now ", o.lr, ")"));
@@ -183,7 +204,7 @@ void run_train(const TrainOptions& o) {
     // nothing about the rest (at step 1 there is no rate yet).
     recent.push_back({now, step});
     while (recent.size() > 2 && now - recent[1].first > std::chrono::seconds(10)) recent.pop_front();
-    if (now - last_print > std::chrono::milliseconds(500) || step == total) {
+    if (main_rank && (now - last_print > std::chrono::milliseconds(500) || step == total)) {
       std::string rate_text = "--", eta_text = "--";
       if (recent.size() >= 2) {
         double window = std::chrono::duration<double>(now - recent.front().first).count();
@@ -200,6 +221,10 @@ void run_train(const TrainOptions& o) {
     }
   }
   double train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!main_rank) {
+    // The same model on every rank (its gradients were averaged): rank 0 saves, evaluates and prints.
+    return;
+  }
   std::cerr << "\nkiln: train: " << step - first_step << " steps in " << duration(train_seconds) << "\n";
   if (!o.save.empty()) {
     save_checkpoint(o.save, *model, opt, {step, batches.state(), Tensor::rng_state(), schedule.count(), {{"dataset", o.dataset}}});

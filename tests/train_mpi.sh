@@ -1,0 +1,15 @@
+#!/bin/sh
+# kiln train mnist under mpirun, data parallel on 2 ranks: it says so, only rank 0 prints the result,
+# and after 100 steps of the same global batch its loss is within 0.1 of one process's (the batches
+# differ only in how the epoch's order is split over the ranks).
+#   tests/train_mpi.sh MPIRUN KILN
+set -eu
+mpirun=$1 kiln=$2
+one=$("$kiln" train mnist --steps 100 --no-eval 2>/dev/null | sed -n 's/^final training loss (smoothed): //p')
+out=$("$mpirun" --allow-run-as-root --oversubscribe -np 2 "$kiln" train mnist --steps 100 --no-eval 2>&1)
+echo "$out" | grep -q "data parallel over 2 MPI ranks" || { echo "FAIL: no data-parallel line"; echo "$out"; exit 1; }
+lines=$(echo "$out" | grep -c "^final training loss" || true)
+[ "$lines" = 1 ] || { echo "FAIL: $lines result lines (only rank 0 prints)"; echo "$out"; exit 1; }
+two=$(echo "$out" | sed -n 's/^final training loss (smoothed): //p')
+echo "one process: $one, 2 ranks: $two"
+awk -v a="$one" -v b="$two" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d < 0.1) }' || { echo "FAIL: losses differ by more than 0.1"; exit 1; }
