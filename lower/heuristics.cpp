@@ -142,7 +142,13 @@ int64_t pow2_divisor(int64_t n, int64_t cap) {
 //   walk contiguously and unmasked (a conv's output channels, not its padded width; else 16 or 8
 //   scalar copies of the innermost loop); the rows are the output loop, nearest the inside, that
 //   some load does not move along (so each load feeds a row of the tile);
+//   a short output axis (2-8) may be the rows whole; with no vector, 16 or 8 scalar copies along an
+//   output loop some load walks contiguously, then the rows;
+// - sums whose innermost reduce loop every moving load walks contiguously, with no output loop that all
+//   do: no tile, so the compiler vectorizes that loop (a layer norm's sums);
 // - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes;
+// - elementwise with an innermost output loop under 4: the vector along a loop the loads walk
+//   contiguously, stored scattered;
 // - CPU: the outermost output loop is split over the threads when the kernel is big enough;
 // - GPU-style: the innermost output loop gets up to 64 work-items per workgroup, the next one the
 //   rest of a 256 budget.
@@ -179,12 +185,6 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
                   (!strict || !reduces || loads_contiguously(sink, axes[axis].range));
       return fits ? lanes : 0;
     };
-    // The vector axis: the innermost output loop, else (in a reduction) the innermost one the loads
-    // walk contiguously, unmasked: a padded conv's output channels rather than its masked width.
-    // In a reduction, an outer axis that fills more of the register wins over a narrower innermost
-    // one: a 1x1 conv's 14-wide rows give 2 lanes, its 128 output channels 16 (N16 128->128 14x14:
-    // 12% of the FMA peak with the 2 lanes). Only when no axis has every moving load contiguous, one
-    // where some are (the others gathered lane by lane).
     // A sum whose innermost reduce loop every moving load walks contiguously: with no output axis whose
     // loads are all contiguous, the compiler vectorizes that loop (one reassociated accumulator), so no
     // vector axis whose lanes gather, and no scalar tile, whose copies would be strided chains it cannot
@@ -196,6 +196,12 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       sums_only &= u->op != Op::REDUCE || u->arg_as<Op>() == Op::ADD;
     bool reduce_contiguous = reduces && sums_only && !is_gpu(spec) && axes[last_reduce].kind == AxisKind::Reduce &&
                              loads_contiguously(sink, axes[last_reduce].range);
+    // The vector axis: the innermost output loop, else (in a reduction) the innermost one the loads
+    // walk contiguously, unmasked: a padded conv's output channels rather than its masked width.
+    // In a reduction, an outer axis that fills more of the register wins over a narrower innermost
+    // one: a 1x1 conv's 14-wide rows give 2 lanes, its 128 output channels 16 (N16 128->128 14x14:
+    // 12% of the FMA peak with the 2 lanes). Only when no axis has every moving load contiguous, one
+    // where some are (the others gathered lane by lane).
     int last = outputs.back();
     int64_t lanes = 0;
     for (bool strict : {true, false}) {
@@ -211,7 +217,7 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
     }
     // Elementwise with an innermost output loop too short for a vector (the (k, c, 3, 3) weight gradient
     // put back in order from (k, 3, 3, c)): the vector goes along an output loop every moving load walks
-    // contiguously, its lanes stored scattered (E_256_256_3_3: 621 -> 126 us).
+    // contiguously, its lanes stored scattered (E_256_256_3_3: 621 -> 98 us).
     if (!reduces && lanes == 0 && remaining[outputs.back()] < 4)
       for (size_t j = outputs.size() - 1; j-- > 0;)
         if (int64_t l = lanes_for(outputs[j], true); l != 0) {
