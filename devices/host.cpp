@@ -16,8 +16,18 @@
 #include <thread>
 #include <vector>
 
+#include "uop/config.h"
+
 namespace kiln {
 namespace {
+
+// The threads a CPU-style device splits a launch over: the machine's cores, shared among the ranks of an
+// MPI job on this machine (mpirun's OMPI_COMM_WORLD_LOCAL_SIZE), as torch users set OMP_NUM_THREADS per
+// rank: 2 ranks of 2 threads each on 2 cores spun against each other.
+int host_threads() {
+  int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, config().mpi_local_size));
+}
 
 // Buffers this large come from mmap with transparent huge pages: first touch of 4 KiB pages is very
 // slow on these machines (NOTES.md), and huge pages cut it about 60x.
@@ -135,7 +145,7 @@ class LaunchTeam {
 // One team for the process (every CPU device and program shares the cores), started on first use and
 // leaked on purpose: a program may launch from a static object's destructor.
 LaunchTeam& launch_team() {
-  static LaunchTeam* team = new LaunchTeam(int(std::max(1u, std::thread::hardware_concurrency())) - 1);
+  static LaunchTeam* team = new LaunchTeam(host_threads() - 1);
   return *team;
 }
 
@@ -196,7 +206,7 @@ class HostDevice : public Device {
     spec_.compiler = compiler_->identity();
     spec_.note = note;
     spec_.lang = compiler_->language();
-    spec_.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    spec_.threads = host_threads();
     spec_.max_global_dims = {INT64_MAX, 1, 1};
     long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page_size > 0) spec_.max_buffer_bytes = int64_t(pages) * page_size;

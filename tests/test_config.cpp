@@ -77,6 +77,9 @@ TEST_CASE("config: the cache directory follows XDG, then HOME, then /tmp", "[con
 TEST_CASE("config: mpirun's OMPI_COMM_WORLD_SIZE is read, 0 without it", "[config]") {
   CHECK(parse({}).mpi_world_size == 0);
   CHECK(parse({{"OMPI_COMM_WORLD_SIZE", "4"}}).mpi_world_size == 4);
+  CHECK(parse({{"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}).mpi_local_size == 2);
+  CHECK(parse({}).mpi_local_size == 0);
+  CHECK_THROWS_WITH(parse({{"OMPI_COMM_WORLD_LOCAL_SIZE", "x"}}), Catch::Contains("OMPI_COMM_WORLD_LOCAL_SIZE"));
   CHECK_THROWS_WITH(parse({{"OMPI_COMM_WORLD_SIZE", "0"}}), "OMPI_COMM_WORLD_SIZE=\"0\" is out of range; use an integer >= 1");
 }
 

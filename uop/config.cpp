@@ -116,6 +116,8 @@ Config Config::from_env(const std::function<const char*(const char*)>& getenv_fn
   if (config.cache_dir.empty()) config.cache_dir = default_cache_dir(getenv_fn);
   const char* mpi_size = getenv_fn("OMPI_COMM_WORLD_SIZE");
   if (mpi_size && !trim(mpi_size).empty()) config.mpi_world_size = parse_int("OMPI_COMM_WORLD_SIZE", mpi_size, 1, INT_MAX);
+  const char* local_size = getenv_fn("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local_size && !trim(local_size).empty()) config.mpi_local_size = parse_int("OMPI_COMM_WORLD_LOCAL_SIZE", local_size, 1, INT_MAX);
   return config;
 }
 

@@ -42,6 +42,9 @@ struct Config {
   // Not a knob: what the launcher says about this process. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE
   // in each process it starts; frontend/distributed.h loads MPI only then. 0: not started by mpirun.
   int mpi_world_size = 0;
+  // OMPI_COMM_WORLD_LOCAL_SIZE: the job's ranks on this machine; the CPU devices share its cores among
+  // them (host_threads() in devices/host.cpp). 0: not started by mpirun.
+  int mpi_local_size = 0;
 
   // Reads the KILN_* variables; an unset or blank variable keeps its default. Throws Error on a bad value.
   static Config from_env();
