@@ -49,6 +49,9 @@ bool vectorizable(const UOp& u) {
   }
 }
 
+// INDEX of a vector of `vec` at the element `index` points to.
+UOpPtr vector_index(const UOpPtr& index, DType vec) { return UOp::make(Op::INDEX, vec.ptr(index->dtype.addr), index->src); }
+
 // A vector load or store moves whole elements: anything but bool (C has no vectors of bool).
 bool vector_memory(DType element) { return !is_bool(element) && element.count == 1 && !element.is_ptr; }
 
@@ -189,8 +192,7 @@ class Zipper {
       UOpPtr step = simplify(index->src[1] - index0->src[1]);
       if (step->op != Op::CONST || as_int64(step->const_value()) != static_cast<int64_t>(i)) return nullptr;
     }
-    DType element = index0->dtype.deref().vec(static_cast<int>(n_));
-    return UOp::make(Op::INDEX, element.ptr(index0->dtype.addr), index0->src);
+    return vector_index(index0, index0->dtype.deref().vec(static_cast<int>(n_)));
   }
 
   UOpPtr as_vector(const Lanes& l, DType scalar) const {
@@ -297,8 +299,6 @@ void for_each_vector(const Groups& groups, int64_t vector_bytes, DType (*element
 
 DType loaded(const UOp& u) { return u.dtype; }
 DType stored(const UOp& u) { return u.src[1]->dtype; }
-
-UOpPtr vector_index(const UOpPtr& index, DType vec) { return UOp::make(Op::INDEX, vec.ptr(index->dtype.addr), index->src); }
 
 // ALU(GEP(a, i), GEP(b, i), ...) -> GEP(ALU(a, b, ...), i): an op on lane i of vectors (constants
 // broadcast) is lane i of the op on the vectors. Every lane's copy interns to the same vector op, so a

@@ -117,13 +117,15 @@ struct Timed {
   double seconds = 0;
 };
 
-// Fastest first; equal times go to fewer opts, then to the opts' text: the same inputs always give the
-// same order, whatever order the candidates were built in.
-bool faster(const Timed& a, const Timed& b) {
-  if (a.seconds != b.seconds) return a.seconds < b.seconds;
+// Fewer opts first, then by the opts' text: how ties are broken.
+bool simpler(const Timed& a, const Timed& b) {
   if (a.opts.size() != b.opts.size()) return a.opts.size() < b.opts.size();
   return to_string(a.opts) < to_string(b.opts);
 }
+
+// Fastest first; equal times go to the simpler list: the same inputs always give the same order,
+// whatever order the candidates were built in.
+bool faster(const Timed& a, const Timed& b) { return a.seconds != b.seconds ? a.seconds < b.seconds : simpler(a, b); }
 
 class Engine {
  public:
@@ -407,10 +409,7 @@ class Engine {
     if (!kept.empty()) {
       double tie = kept.front()->seconds * (1 + options_.min_gain);
       auto tier_end = std::find_if(kept.begin(), kept.end(), [&](const Timed* t) { return t->seconds > tie; });
-      std::sort(kept.begin(), tier_end, [](const Timed* a, const Timed* b) {
-        if (a->opts.size() != b->opts.size()) return a->opts.size() < b->opts.size();
-        return to_string(a->opts) < to_string(b->opts);
-      });
+      std::sort(kept.begin(), tier_end, [](const Timed* a, const Timed* b) { return simpler(*a, *b); });
     }
     contenders = std::move(kept);
     result_.timing_s += seconds_since(start);
