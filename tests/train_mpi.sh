@@ -6,8 +6,11 @@
 set -eu
 mpirun=$1 kiln=$2
 one=$("$kiln" train mnist --steps 100 --no-eval 2>/dev/null | sed -n 's/^final training loss (smoothed): //p')
-out=$("$mpirun" --allow-run-as-root --oversubscribe -np 2 "$kiln" train mnist --steps 100 --no-eval 2>&1)
-echo "$out" | grep -q "data parallel over 2 MPI ranks" || { echo "FAIL: no data-parallel line"; echo "$out"; exit 1; }
+# stdout and stderr apart: mpirun forwards both, and the progress line's bytes may land inside a result line.
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+out=$("$mpirun" --allow-run-as-root --oversubscribe -np 2 "$kiln" train mnist --steps 100 --no-eval 2>"$err")
+grep -q "data parallel over 2 MPI ranks" "$err" || { echo "FAIL: no data-parallel line"; cat "$err"; echo "$out"; exit 1; }
 lines=$(echo "$out" | grep -c "^final training loss" || true)
 [ "$lines" = 1 ] || { echo "FAIL: $lines result lines (only rank 0 prints)"; echo "$out"; exit 1; }
 two=$(echo "$out" | sed -n 's/^final training loss (smoothed): //p')
