@@ -134,6 +134,9 @@ void run_train(const TrainOptions& o) {
   const bool main_rank = dist::is_main();
   if (o.batch_size % world != 0)
     throw Error(kiln::cat("train: --batch-size ", o.batch_size, " does not split over ", world, " ranks; give a multiple of ", world));
+  if (world > 1 && !o.save.empty())
+    throw Error("train: --save under mpirun is not implemented yet: a checkpoint would hold only rank 0's data position, "
+                "which counts within its shard (issue 13's committed state); train without --save, or in one process");
   if (world > 1 && !o.resume.empty())
     throw Error("train: --resume under mpirun is not implemented yet (restart from committed state with a changed number of "
                 "ranks is issue 13's next step); resume in one process");
