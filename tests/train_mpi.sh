@@ -9,7 +9,8 @@ one=$("$kiln" train mnist --steps 100 --no-eval 2>/dev/null | sed -n 's/^final t
 # stdout and stderr apart: mpirun forwards both, and the progress line's bytes may land inside a result line.
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
-out=$("$mpirun" --allow-run-as-root --oversubscribe -np 2 "$kiln" train mnist --steps 100 --no-eval 2>"$err")
+out=$("$mpirun" --allow-run-as-root --oversubscribe -np 2 "$kiln" train mnist --steps 100 --no-eval 2>"$err") ||
+  { echo "FAIL: mpirun exited with $?"; cat "$err"; echo "$out"; exit 1; }
 grep -q "data parallel over 2 MPI ranks" "$err" || { echo "FAIL: no data-parallel line"; cat "$err"; echo "$out"; exit 1; }
 lines=$(echo "$out" | grep -c "^final training loss" || true)
 [ "$lines" = 1 ] || { echo "FAIL: $lines result lines (only rank 0 prints)"; echo "$out"; exit 1; }
