@@ -110,6 +110,10 @@ Tensor Tensor::unfold(int64_t axis, int64_t size, int64_t step) const {
 
 namespace {
 
+// conv2d keeps its output channels innermost inside the kernel when a group has at least this many (a
+// vector of them per input value), else its output pixels (see Tensor::conv2d).
+constexpr int64_t kMinChannelsInnermost = 8;
+
 // Pads (amount > 0) or crops (amount < 0) each end of each axis.
 Tensor pad_or_crop(const Tensor& x, const Pairs& amounts) {
   Pairs pad, crop;
@@ -148,29 +152,46 @@ Tensor conv2d_input_grad_phases(const Tensor& g, const Tensor& weight, const Sha
   int64_t n = g.shape()[0], c = input[1];
   std::array<int64_t, 2> taps{weight.shape()[2], weight.shape()[3]}, size{input[2], input[3]}, out{g.shape()[2], g.shape()[3]};
   std::array<int64_t, 2> cells{(size[0] + stride[0] - 1) / stride[0], (size[1] + stride[1] - 1) / stride[1]};
-  std::optional<Tensor> total;
+  struct Phase {
+    std::array<int64_t, 2> at, first, count, positions, base;  // base: g's row under tap 0 of row 0
+  };
+  std::vector<Phase> phases;
+  std::array<int64_t, 2> before{}, after{};  // g's padding that every phase's window fits in
   for (int64_t a = 0; a < stride[0]; ++a)
     for (int64_t b = 0; b < stride[1]; ++b) {
-      std::array<int64_t, 2> phase{a, b}, first{}, count{}, positions{};
-      Pairs amounts{{0, 0}, {0, 0}};
+      Phase p{{a, b}, {}, {}, {}, {}};
       bool empty = false;
       for (int i = 0; i < 2; ++i) {
-        first[i] = (phase[i] + padding[i]) % stride[i];
-        count[i] = first[i] < taps[i] ? (taps[i] - first[i] + stride[i] - 1) / stride[i] : 0;
-        positions[i] = size[i] > phase[i] ? (size[i] - phase[i] + stride[i] - 1) / stride[i] : 0;
-        empty |= count[i] == 0 || positions[i] == 0;
-        int64_t base = (phase[i] + padding[i] - first[i]) / stride[i] - (count[i] - 1);  // g's row under tap 0 of row 0
-        amounts.push_back({-base, positions[i] + base + count[i] - 1 - out[i]});
+        p.first[i] = (p.at[i] + padding[i]) % stride[i];
+        p.count[i] = p.first[i] < taps[i] ? (taps[i] - p.first[i] + stride[i] - 1) / stride[i] : 0;
+        p.positions[i] = size[i] > p.at[i] ? (size[i] - p.at[i] + stride[i] - 1) / stride[i] : 0;
+        empty |= p.count[i] == 0 || p.positions[i] == 0;
+        p.base[i] = (p.at[i] + padding[i] - p.first[i]) / stride[i] - (p.count[i] - 1);
       }
       if (empty) continue;  // no tap reaches these positions: their gradient is 0
-      Tensor sub = weight.slice(2, first[0], std::nullopt, stride[0]).slice(3, first[1], std::nullopt, stride[1]);
-      Tensor part = pad_or_crop(g, amounts).conv2d(flipped_for_input_grad(sub, groups), std::nullopt, {1, 1}, {0, 0}, {1, 1}, groups);
-      part = part.pad({{0, 0}, {0, 0}, {0, cells[0] - positions[0]}, {0, cells[1] - positions[1]}})
-                 .reshape({n, c, cells[0], 1, cells[1], 1})
-                 .pad({{0, 0}, {0, 0}, {0, 0}, {a, stride[0] - 1 - a}, {0, 0}, {b, stride[1] - 1 - b}});
-      total = total ? *total + part : part;
+      for (int i = 0; i < 2; ++i) {
+        before[i] = std::max(before[i], -p.base[i]);
+        after[i] = std::max(after[i], p.base[i] + p.positions[i] + p.count[i] - 1 - out[i]);
+      }
+      phases.push_back(p);
     }
-  if (!total) return Tensor::zeros(input, g.dtype(), g.device());
+  if (phases.empty()) return Tensor::zeros(input, g.dtype(), g.device());
+  // One padded g that each phase views a window of. With few channels per group the phases' convs run
+  // along rows of pixels, where a padded view is masked lane by lane: they read one stored copy instead.
+  Tensor padded = g.pad({{0, 0}, {0, 0}, {before[0], after[0]}, {before[1], after[1]}});
+  if (c / groups < kMinChannelsInnermost && (before != std::array<int64_t, 2>{} || after != std::array<int64_t, 2>{}))
+    padded = padded.contiguous();
+  std::optional<Tensor> total;
+  for (const Phase& p : phases) {
+    Pairs window{{0, n}, {0, g.shape()[1]}};
+    for (int i = 0; i < 2; ++i) window.push_back({before[i] + p.base[i], before[i] + p.base[i] + p.positions[i] + p.count[i] - 1});
+    Tensor sub = weight.slice(2, p.first[0], std::nullopt, stride[0]).slice(3, p.first[1], std::nullopt, stride[1]);
+    Tensor part = padded.shrink(window).conv2d(flipped_for_input_grad(sub, groups), std::nullopt, {1, 1}, {0, 0}, {1, 1}, groups);
+    part = part.pad({{0, 0}, {0, 0}, {0, cells[0] - p.positions[0]}, {0, cells[1] - p.positions[1]}})
+               .reshape({n, c, cells[0], 1, cells[1], 1})
+               .pad({{0, 0}, {0, 0}, {0, 0}, {p.at[0], stride[0] - 1 - p.at[0]}, {0, 0}, {p.at[1], stride[1] - 1 - p.at[1]}});
+    total = total ? *total + part : part;
+  }
   return total->reshape({n, c, cells[0] * stride[0], cells[1] * stride[1]}).shrink({{0, n}, {0, c}, {0, size[0]}, {0, size[1]}});
 }
 
@@ -192,7 +213,10 @@ Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, const Shape& inp
     int64_t covered = (i == 0 ? oh - 1 : ow - 1) * stride[i] + span + 1;  // padded input positions the windows reach
     amounts.push_back({span - padding[i], span - padding[i] + size[i] + 2 * padding[i] - covered});
   }
-  return pad_or_crop(d, amounts).conv2d(flipped_for_input_grad(weight, groups), std::nullopt, {1, 1}, {0, 0}, dilation, groups);
+  Tensor padded = pad_or_crop(d, amounts);
+  bool pads = std::any_of(amounts.begin(), amounts.end(), [](const std::pair<int64_t, int64_t>& a) { return a.first > 0 || a.second > 0; });
+  if (input[1] / groups < kMinChannelsInnermost && pads) padded = padded.contiguous();  // as conv2d does with its padding
+  return padded.conv2d(flipped_for_input_grad(weight, groups), std::nullopt, {1, 1}, {0, 0}, dilation, groups);
 }
 
 }  // namespace
@@ -208,19 +232,40 @@ Tensor Tensor::conv2d(const Tensor& weight, std::optional<Tensor> bias, std::arr
   for (int i = 0; i < 2; ++i)
     if (padding[i] < 0) throw Error(kiln::cat("conv2d: padding must be >= 0, got ", padding[i]));
   int64_t r = weight.shape()[2], s = weight.shape()[3];
+  int64_t kg = k / groups;
+  bool channels_inner = kg >= kMinChannelsInnermost;
   Tensor x = pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}});
+  // Along rows of pixels a padded view is masked lane by lane: with few channels, read a padded copy.
+  if (!channels_inner && (padding[0] > 0 || padding[1] > 0)) x = x.contiguous();
   Tensor win = x.windows({r, s}, stride, dilation);  // (N, C, OH, OW, R, S)
-  int64_t oh = win.shape()[2], ow = win.shape()[3], kg = k / groups;
-  // (N, OH, OW, G, Cg, R, S, 1) * (1, 1, 1, G, Cg, R, S, K/G), summed over Cg, R, S: the output
-  // channels innermost (NHWC inside the kernel). Each input value then feeds a whole vector of
-  // output channels, and each weight a tile of output pixels; so do the values of the gradient
-  // kernels, whose axes follow this order. The result is viewed back as (N, K, OH, OW).
-  Shape full{n, oh, ow, groups, cg, r, s, kg};
-  Tensor xv = win.reshape({n, groups, cg, oh, ow, r, s}).permute({0, 3, 4, 1, 2, 5, 6}).reshape({n, oh, ow, groups, cg, r, s, 1}).expand(full);
+  int64_t oh = win.shape()[2], ow = win.shape()[3];
   DType d = promote_types(dtype(), weight.dtype());
-  Tensor wt = weight.cast(d).reshape({groups, kg, cg, r, s}).permute({0, 2, 3, 4, 1}).contiguous();  // (G, Cg, R, S, K/G)
-  Tensor wv = wt.reshape({1, 1, 1, groups, cg, r, s, kg}).expand(full);
-  Tensor out = (xv.cast(d) * wv).sum({4, 5, 6}).reshape({n, oh, ow, k}).permute({0, 3, 1, 2});
+  Tensor out;
+  if (channels_inner) {
+    // (N, OH, OW, G, Cg, R, S, 1) * (1, 1, 1, G, Cg, R, S, K/G), summed over Cg, R, S: the output
+    // channels innermost (NHWC inside the kernel). Each input value then feeds a whole vector of
+    // output channels, and each weight a tile of output pixels; so do the values of the gradient
+    // kernels, whose axes follow this order. The result is viewed back as (N, K, OH, OW).
+    Shape full{n, oh, ow, groups, cg, r, s, kg};
+    Tensor xv = win.reshape({n, groups, cg, oh, ow, r, s}).permute({0, 3, 4, 1, 2, 5, 6}).reshape({n, oh, ow, groups, cg, r, s, 1}).expand(full);
+    Tensor wt = weight.cast(d).reshape({groups, kg, cg, r, s}).permute({0, 2, 3, 4, 1}).contiguous();  // (G, Cg, R, S, K/G)
+    Tensor wv = wt.reshape({1, 1, 1, groups, cg, r, s, kg}).expand(full);
+    out = (xv.cast(d) * wv).sum({4, 5, 6}).reshape({n, oh, ow, k}).permute({0, 3, 1, 2});
+  } else {
+    // Too few output channels per group to fill a vector (an RGB input's gradient, a last layer that
+    // predicts 1-3 maps): (N, G, 1, OH, OW, Cg, R, S) * (1, G, K/G, 1, 1, Cg, R, S), the output pixels
+    // innermost (NCHW inside the kernel), so the vector runs along a row of pixels, its stores are
+    // contiguous and each weight is one broadcast. With the channels innermost the tile had 1-7
+    // scattered lanes: a 3-channel input gradient ran at 2-5% of the FMA peak.
+    Shape full{n, groups, kg, oh, ow, cg, r, s};
+    Tensor xv = win.reshape({n, groups, cg, oh, ow, r, s}).permute({0, 1, 3, 4, 2, 5, 6}).reshape({n, groups, 1, oh, ow, cg, r, s}).expand(full);
+    // A weight read through a view (the flipped, strided sub-kernel of an input gradient's phase) is
+    // copied first: its index math (a division and a remainder per tap) would run in the inner loop.
+    Tensor wc = weight.cast(d);
+    if (!detail::realized_buffer(wc.uop())) wc = wc.contiguous();
+    Tensor wv = wc.reshape({1, groups, kg, 1, 1, cg, r, s}).expand(full);
+    out = (xv.cast(d) * wv).sum({5, 6, 7}).reshape({n, k, oh, ow});
+  }
   if (grad_enabled() && is_float(d)) {
     // The input's gradient as a convolution (conv2d_input_grad); the weights' from out's own graph.
     std::weak_ptr<const UOp> node = out.uop(), w_node = weight.uop();

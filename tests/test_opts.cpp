@@ -670,28 +670,51 @@ TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its c
   INFO(to_string(opts));
   CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
   expect_close(run_kernel(mm.items[0], "CPU", nullptr), run_kernel(mm.items[0], "REF", nullptr));
-  // The input gradient of a stride-2 conv of a 3-channel image: each of its phase kernels stores 3
-  // channels innermost and reads the output gradient masked along the width, so no axis takes a vector.
-  // Its scalar tile: 16 copies along the width (which the gradient walks contiguously), then the 3
-  // channels whole as rows (which share each gradient value): 422 -> 118 us; rows first: 665 us.
+  // A 3x3 conv of a width-padded (N, K, H, W) view into 3 channels stored innermost (the layout the
+  // phases of a stride-2 3-channel input gradient once had): the loads are masked along the width and
+  // the stores scattered, so no axis takes a vector. Its scalar tile: 16 copies along the width (which
+  // the loads walk contiguously), then the 3 channels whole as rows (which share each loaded value):
+  // 422 -> 118 us; rows first: 665 us.
+  Tensor g = Tensor::rand({4, 16, 32, 32}).realize(), w = Tensor::rand({3, 16, 3, 3}).realize();
+  Tensor win = g.pad({{0, 0}, {0, 0}, {1, 1}, {1, 1}}).windows({3, 3}, {1, 1}, {1, 1});  // (4, 16, 32, 32, 3, 3)
+  Tensor gv = win.permute({0, 2, 3, 1, 4, 5}).reshape({4, 32, 32, 1, 16, 3, 3}).expand({4, 32, 32, 3, 16, 3, 3});
+  Tensor wv = w.reshape({1, 1, 1, 3, 16, 3, 3}).expand({4, 32, 32, 3, 16, 3, 3});
+  Schedule conv = Tensor::schedule({(gv * wv).sum({4, 5, 6})});
+  REQUIRE(conv.items.size() == 1);
+  REQUIRE(detail::kernel_name(conv.items[0].ast) == "r_4_32_32_3_16_3_3");  // (n, h, w, c | k, kh, kw)
+  std::vector<Opt> o = heuristic_opts(conv.items[0].ast, spec);
+  INFO(to_string(o));
+  REQUIRE(o.size() >= 2);
+  CHECK(o[0].op == OptOp::UPCAST);
+  CHECK(o[0].amount == 16);
+  CHECK(o[1] == (Opt{OptOp::UPCAST, 3, 3}));
+  expect_close(run_kernel(conv.items[0], "CPU", nullptr), run_kernel(conv.items[0], "REF", nullptr));
+}
+
+TEST_CASE("a conv with few output channels runs along rows of pixels: the stride-2 RGB input gradient's phases take the width as their vector, with REF's results", "[opts]") {
+  // Each phase of the input gradient is a stride-1 conv into the 3 input channels. With the channels
+  // innermost no axis took a vector (5% of the FMA peak in `kiln bench sweep`); with the pixels innermost
+  // and one stored padded copy of the output gradient (no lane-by-lane masks) the width does.
+  const DeviceSpec& spec = get_device("CPU").spec();
   Tensor x = Tensor::rand({4, 3, 64, 64}).realize(), w = Tensor::rand({16, 3, 7, 7}).realize(), g = Tensor::rand({4, 16, 32, 32}).realize();
   Tensor xi = x.detach();
   xi.requires_grad_();
   (xi.conv2d(w, std::nullopt, {2, 2}, {3, 3}) * g).sum().backward();
   Schedule dx = Tensor::schedule({*xi.grad()});
-  int phases = 0;
+  int phases = 0, padded_copies = 0;
   for (const ScheduleItem& item : dx.items) {
-    if (detail::kernel_name(item.ast).rfind("r_4_32_32_3_16_", 0) != 0) continue;  // (n, h, w, c | k, kh, kw)
+    std::string name = detail::kernel_name(item.ast);
+    padded_copies += name.rfind("E_4_16_", 0) == 0;
+    if (name.rfind("r_4_3_32_32_16_", 0) != 0) continue;  // (n, c, h, w | k, kh, kw)
     std::vector<Opt> o = heuristic_opts(item.ast, spec);
     ++phases;
-    INFO(to_string(o));
-    REQUIRE(o.size() >= 2);
-    CHECK(o[0].op == OptOp::UPCAST);
-    CHECK(o[0].amount == 16);
-    CHECK(o[1] == (Opt{OptOp::UPCAST, 3, 3}));
+    INFO(name << ": " << to_string(o));
+    if (spec.vector_bytes > 0) CHECK(std::count(o.begin(), o.end(), Opt{OptOp::UPCAST, 3, spec.vector_bytes / 4}) == 1);  // the width
+    CHECK(std::count(o.begin(), o.end(), Opt{OptOp::UPCAST, 1, 3}) == 1);  // the 3 channels as rows
     expect_close(run_kernel(item, "CPU", nullptr), run_kernel(item, "REF", nullptr));
   }
   CHECK(phases == 4);
+  CHECK(padded_copies == 1);
 }
 
 }  // namespace

@@ -112,6 +112,12 @@ TEST_CASE("division and remainder by constants", "[symbolic]") {
   check((z + 4) / 4, z / 4 + 1);
   check(n / 20, c(0));  // quotient is 0 over [-10, 10] with truncation
   check((n + 10) / 4 * 4 + (n + 10) % 4, n + 10);
+  // A flattened row's columns drop out of a division by whole rows: w*4 + y in [0, 16).
+  const UOpPtr w = var("w", 0, 3);
+  check((z * 16 + w * 4 + y) / 64, z / 4);
+  check((z * 16 + w * 4 + y) % 64, (z % 4) * 16 + w * 4 + y);
+  check((z * 16 + y) / 32, z / 2);
+  check((z * 16 + x * 4 + y) / 32, (z * 4 + x) / 8);  // x*4 + y reaches 40 > 16: only y drops out
 }
 
 TEST_CASE("nested division and remainder", "[symbolic]") {

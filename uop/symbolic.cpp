@@ -189,17 +189,34 @@ UOpPtr fold_divmod(const Match& m) {
     if (is_div && has_quotient) return quotient.build(dtype) + UOp::make(Op::IDIV, dtype, {r, m["c"]});
     if (!is_div && r != x) return UOp::make(Op::MOD, dtype, {r, m["c"]});
   }
-  // Divide out g = gcd(coefficients, c): x = g*Y + b with 0 <= b < g, so x//c = Y//(c/g) and
-  // x%c = (Y%(c/g))*g + b.
-  int64_t g = c;
-  for (const auto& [t, a] : s->terms) g = std::gcd(g, a);
-  if (g <= 1) return nullptr;
-  Sum scaled;
-  for (const auto& [t, a] : s->terms) scaled.add_term(t, a / g);
-  scaled.constant = floor_div(s->constant, g);
-  UOpPtr y = scaled.build(dtype), cg = const_of(dtype, c / g);
-  if (is_div) return UOp::make(Op::IDIV, dtype, {y, cg});
-  return UOp::make(Op::MOD, dtype, {y, cg}) * g + floor_mod(s->constant, g);
+  // Split x = m*Y + B where m divides c and every coefficient of Y's terms, and B (the other terms and
+  // the constant's remainder) stays in [0, m): x//c = Y//(c/m) and x%c = (Y%(c/m))*m + B. With every
+  // term in Y this divides out the gcd; with the small terms in B it drops a flattened row's columns
+  // from a division by whole rows: (k*1024 + h*32 + w)//4096 -> k//4 for h, w in [0, 32).
+  std::vector<int64_t> factors;
+  int64_t all = c;  // divides every coefficient
+  for (const auto& [t, a] : s->terms) {
+    all = std::gcd(all, a);
+    int64_t m = std::gcd(c, a);
+    if (m > 1 && std::find(factors.begin(), factors.end(), m) == factors.end()) factors.push_back(m);
+  }
+  if (all > 1 && std::find(factors.begin(), factors.end(), all) == factors.end()) factors.push_back(all);
+  std::sort(factors.rbegin(), factors.rend());
+  for (int64_t m : factors) {
+    Sum scaled, small;
+    for (const auto& [t, a] : s->terms) {
+      if (a % m == 0) scaled.add_term(t, a / m);
+      else small.add_term(t, a);
+    }
+    scaled.constant = floor_div(s->constant, m);
+    small.constant = floor_mod(s->constant, m);
+    UOpPtr b = small.build(dtype);
+    if (b->vmin() < 0 || b->vmax() >= m) continue;
+    UOpPtr y = scaled.build(dtype), cm = const_of(dtype, c / m);
+    if (is_div) return UOp::make(Op::IDIV, dtype, {y, cm});
+    return UOp::make(Op::MOD, dtype, {y, cm}) * m + b;
+  }
+  return nullptr;
 }
 
 // (x//a)//b -> x//(a*b) for a, b > 0 (holds for C's truncation, any sign of x).
