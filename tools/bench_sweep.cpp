@@ -1,9 +1,10 @@
 // kiln bench sweep: matmul in every layout and size, the batched matmuls of attention, and conv2d
 // forward, input gradient and weight gradient over channels, sizes, kernels, strides, padding and
-// batch, each as GFLOP/s and % of the FMA peak measured in the same run, with the worst and the median
+// batch, each as GFLOP/s and % of the FMA peak measured beside it (time_case), with the worst and the median
 // per group. The default heuristics only (no search). Measured, never asserted.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -27,22 +28,52 @@ struct SweepCase {
   std::function<Tensor()> build;  // a fresh graph of the same computation each call (inputs realized)
 };
 
+// This machine's speed swings up to 2x between minutes (other tenants of the host: the FMA peak read
+// 232 and 442 GFLOP/s in two runs ten seconds apart), so each case is measured in rounds that alternate
+// with short runs of the FMA peak loop, and its figure is the median of the per-round ratios to the faster
+// of the two peaks timed just before and just after the round (within milliseconds of it).
+struct Timing {
+  double seconds;  // median over all timed replays
+  double ratio;    // median over rounds of (the round's GFLOP/s) / (the faster of the peaks measured just before and after)
+  double peak;     // median of the rounds' peaks, GFLOP/s
+};
+
 // The kernels alone: the case is captured by a Jit and its replays are timed (no graph building,
 // scheduling, cache lookups or allocation in the timed part, which made single realizes of the small
-// cases swing 2-3x between runs), median of `runs`.
-double time_case(const SweepCase& c, int runs) {
+// cases swing 2-3x between runs).
+Timing time_case(const SweepCase& c, const CReference& ref, int rounds) {
   Jit jit([&](const std::vector<Tensor>&) { return std::vector<Tensor>{c.build()}; });
   for (int i = 0; i < 4; ++i) jit({});  // warm-up and the two recorded calls, then one replay
   Device& device = get_device(jit({})[0].device());
-  std::vector<double> seconds;
-  for (int i = 0; i < runs; ++i) {
+  std::vector<double> all, ratios, peaks;
+  float checksum = 0;
+  auto peak_now = [&] {
+    ref.fma_peak(200'000, &checksum);  // wakes libgomp's threads
     auto start = Clock::now();
-    jit({});
-    device.synchronize();
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    double flops = ref.fma_peak(3'000'000, &checksum);
+    return flops / std::chrono::duration<double>(Clock::now() - start).count() * 1e-9;
+  };
+  double before = peak_now();
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> seconds;
+    for (int i = 0; i < 3; ++i) {
+      auto start = Clock::now();
+      jit({});
+      device.synchronize();
+      seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::sort(seconds.begin(), seconds.end());
+    double after = peak_now();  // the faster of the peaks just before and just after: a conservative ratio
+    peaks.push_back(std::max(before, after));
+    ratios.push_back(c.flops / seconds[1] * 1e-9 / peaks.back());
+    before = after;
+    all.insert(all.end(), seconds.begin(), seconds.end());
   }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(all), median(ratios), median(peaks)};
 }
 
 Tensor input(Shape shape) { return Tensor::randn(shape).realize(); }
@@ -107,37 +138,46 @@ void add_convs(std::vector<SweepCase>& cases, bool quick) {
 }  // namespace
 
 void run_bench_sweep(const BenchOptions& options) {
+  // The peak loop runs between a case's replays: libgomp's threads, spinning after it by default, took
+  // the cores from kiln's launch team (a 64^3 matmul took 1 ms instead of 8 us). Set before libgomp loads,
+  // and only if the user did not choose.
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   CReference ref = CReference::build();
   std::vector<SweepCase> cases;
   add_matmuls(cases, options.quick);
   add_convs(cases, options.quick);
-  double peak = ref.peak_gflops(3);
   struct Row {
     const SweepCase* c;
-    double gflops;
+    double gflops, pct, peak;
   };
   std::vector<Row> rows;
+  std::vector<double> peaks;
   for (const SweepCase& c : cases) {
-    double s = time_case(c, options.quick ? 7 : 15);
-    rows.push_back({&c, c.flops / s * 1e-9});
+    Timing t = time_case(c, ref, options.quick ? 3 : 5);
+    rows.push_back({&c, c.flops / t.seconds * 1e-9, 100 * t.ratio, t.peak});
+    peaks.push_back(t.peak);
     if (!options.json)
       std::cout << "  " << std::left << std::setw(10) << c.group << std::setw(34) << c.name << std::right << std::fixed
-                << std::setprecision(1) << std::setw(8) << rows.back().gflops << " GFLOP/s  " << std::setw(5)
-                << 100 * rows.back().gflops / peak << "% of peak\n"
+                << std::setprecision(1) << std::setw(8) << rows.back().gflops << " GFLOP/s  " << std::setw(5) << rows.back().pct
+                << "% of peak (" << std::lround(t.peak) << ")\n"
                 << std::flush;
   }
+  std::sort(peaks.begin(), peaks.end());
+  double peak = peaks[peaks.size() / 2];
   nlohmann::json out = nlohmann::json::array();
   std::vector<std::string> groups;
   for (const SweepCase& c : cases)
     if (std::find(groups.begin(), groups.end(), c.group) == groups.end()) groups.push_back(c.group);
-  if (!options.json) std::cout << "FMA peak " << std::lround(peak) << " GFLOP/s (" << ref.threads() << " threads, same run)\n";
+  if (!options.json)
+    std::cout << "FMA peak " << std::lround(peak) << " GFLOP/s (" << ref.threads() << " threads; median of the peaks measured beside each case, "
+              << std::lround(peaks.front()) << ".." << std::lround(peaks.back()) << ")\n";
   for (const std::string& gname : groups) {
     std::vector<double> pct;
     std::string worst;
     double worst_pct = 1e9;
     for (const Row& r : rows)
       if (r.c->group == gname) {
-        pct.push_back(100 * r.gflops / peak);
+        pct.push_back(r.pct);
         if (pct.back() < worst_pct) worst_pct = pct.back(), worst = r.c->name;
       }
     std::sort(pct.begin(), pct.end());
@@ -150,7 +190,8 @@ void run_bench_sweep(const BenchOptions& options) {
   }
   if (options.json) {
     nlohmann::json all = {{"fma_peak_gflops", peak}, {"groups", out}, {"cases", nlohmann::json::array()}};
-    for (const Row& r : rows) all["cases"].push_back({{"group", r.c->group}, {"name", r.c->name}, {"gflops", r.gflops}});
+    for (const Row& r : rows)
+      all["cases"].push_back({{"group", r.c->group}, {"name", r.c->name}, {"gflops", r.gflops}, {"pct_of_peak", r.pct}, {"peak_gflops", r.peak}});
     std::cout << all.dump(2) << "\n";
   }
 }
