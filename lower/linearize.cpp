@@ -114,7 +114,7 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
     UOpPtr end = UOp::make(Op::END, dtypes::void_, end_src);
     return UOp::make(Op::LOAD, r->dtype, {acc, end});
   }}};
-  return graph_rewrite(sink, pm_lower_reduce, &ctx, "lower reduces");
+  return graph_rewrite(sink, pm_lower_reduce, &ctx);
 }
 
 UOpPtr close_loops(const UOpPtr& sink) {

@@ -5,7 +5,9 @@
 #include <unordered_map>
 
 #include "lower/linearize.h"
+#include "lower/opt_kernel.h"
 #include "lower/opts.h"
+#include "lower/transcendental.h"
 #include "lower/upcast.h"
 #include "lower/renderers/cstyle.h"
 #include "lower/renderers/llvm_ir.h"
@@ -54,31 +56,64 @@ LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec) {
   return std::move(*l.kernel);
 }
 
-LoweredKernel detail::finish_lowering(UOpPtr sink, const DeviceSpec& spec, LoweredKernel k) {
-  if (spec.vector_bytes > 0) sink = combine_accesses(sink, spec.vector_bytes);  // the host renderers: unaligned vector loads
-  sink = lower_reduces(sink);
-  sink = close_loops(sink);
-  k.linear = linearize(sink);
+namespace {
+
+// The graph after each named pass at KILN_DEBUG=5.
+UOpPtr after(const char* pass, UOpPtr sink) {
+  if (config().debug >= 5) std::cerr << "--- after " << pass << "\n" << print_graph(sink);
+  return sink;
+}
+
+}  // namespace
+
+// The whole lowering, from a kernel AST to the source its device compiles, one named pass per step.
+Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts) {
+  KILN_ASSERT(ast->op == Op::SINK, "a kernel AST is a SINK of stores");
+  LoweredKernel k;
+  k.name = detail::kernel_name(ast);
+  k.opts.assign(opts.begin(), opts.end());
+  // Index math and constants folded, so that opts see the strides and sizes the kernel really has.
+  UOpPtr s = after("simplify", graph_rewrite(ast, pm_symbolic()));
+  // float32 exp2/log2 as ALU ops on devices without them (SPIR-V's GLSL set has them; C's libm is slow).
+  if (spec.alu_transcendentals) s = after("transcendentals", graph_rewrite(s, pm_transcendental()));
+  // Each opt in order (opts.h): register tiles and vector lanes, unrolled and shared reductions.
+  detail::OptApplier applier(s, spec);
+  for (const Opt& o : opts) {
+    if (std::optional<std::string> why = applier.apply(o)) return {std::nullopt, *why};
+    if (config().debug >= 5) after(to_string(o).c_str(), applier.sink());
+  }
+  // SWAPs reorder the output loops once every opt has taken its factors.
+  applier.order_loops();
+  s = after("order loops", applier.sink());
+  // The launch: a CPU's thread index, or a GPU's workgroup and work-item ids.
+  if (std::optional<std::string> bad = applier.map_launch(k.dims)) return {std::nullopt, *bad};
+  s = after("map launch", applier.sink());
+  if (config().debug >= 3) std::cerr << "kiln: " << k.name << " opts: " << to_string(opts) << "\n";
+  // Host renderers: consecutive scalar loads and stores of one buffer as one (unaligned) vector access.
+  if (spec.vector_bytes > 0) s = after("combine accesses", combine_accesses(s, spec.vector_bytes));
+  // REDUCE -> an accumulator register, an update inside its loops, a read after them.
+  s = after("lower reduces", lower_reduces(s));
+  // Each store closed over the ranges it runs in, so linearize knows where every loop ends.
+  s = after("close loops", close_loops(s));
+  // The DAG as an ordered list with explicit loop nesting (KILN_DEBUG=6 prints it).
+  k.linear = linearize(s);
   for (const UOpPtr& u : k.linear) {
     if (u->op == Op::DEFINE_GLOBAL) k.num_buffers = std::max(k.num_buffers, static_cast<size_t>(u->arg_as<int64_t>() + 1));
     if (u->op == Op::DEFINE_VAR) k.vars.push_back(u);
   }
   if (config().debug >= 6)
     for (size_t i = 0; i < k.linear.size(); ++i) std::cerr << i << ": " << op_name(k.linear[i]->op) << " " << str(k.linear[i]) << "\n";
-  if (spec.lang == Language::UOps) {
-    k.source = serialize_program(k.linear);  // the REF device interprets the linear program itself
-  } else {
-    switch (spec.lang) {
-      case Language::C: k.source = render_cstyle(c_language(), k.name, k.linear, k.num_buffers, k.vars); break;
-      case Language::OpenCL: k.source = render_cstyle(opencl_language(), k.name, k.linear, k.num_buffers, k.vars); break;
-      case Language::CUDA: k.source = render_cstyle(cuda_language(), k.name, k.linear, k.num_buffers, k.vars); break;
-      case Language::SPIRV: k.source = render_spirv(k.name, k.linear, k.num_buffers, k.vars); break;
-      case Language::LLVM: k.source = render_llvm_ir(k.name, k.linear, k.num_buffers, k.vars); break;
-      case Language::UOps: break;
-    }
+  // The list as source text in the device's language (renderers/), or serialized for REF to interpret.
+  switch (spec.lang) {
+    case Language::UOps: k.source = serialize_program(k.linear); break;
+    case Language::C: k.source = render_cstyle(c_language(), k.name, k.linear, k.num_buffers, k.vars); break;
+    case Language::OpenCL: k.source = render_cstyle(opencl_language(), k.name, k.linear, k.num_buffers, k.vars); break;
+    case Language::CUDA: k.source = render_cstyle(cuda_language(), k.name, k.linear, k.num_buffers, k.vars); break;
+    case Language::SPIRV: k.source = render_spirv(k.name, k.linear, k.num_buffers, k.vars); break;
+    case Language::LLVM: k.source = render_llvm_ir(k.name, k.linear, k.num_buffers, k.vars); break;
   }
   if (config().debug >= 4) std::cerr << k.source << "\n";
-  return k;
+  return {std::move(k), ""};
 }
 
 }  // namespace kiln

@@ -4,14 +4,20 @@
 //   Binary bin = device.compile(k.source, k.name);
 //   program->launch(bufs, {}, k.dims, false);
 //
-// The pipeline, each step a named pass (KILN_DEBUG=5 prints the graph after each):
-//   1. simplify          symbolic rules on the whole AST (index math, constants)
-//   2. apply opts        heuristics choose opts: UPCAST copies loops into register tiles or vector
-//                        lanes (upcast.h); THREAD turns the outer loop into the launch index
-//   3. lower reduces     REDUCE -> an accumulator register, an update inside its loops, a read after
-//   4. close loops       each store is closed over the ranges it runs in
-//   5. linearize         the DAG -> an ordered list with explicit loop nesting (linearize.h)
-//   6. render            the list -> source in the device's language (renderers/)
+// The pipeline is one function, lower_with_opts (lower.cpp), a named pass per step (KILN_DEBUG=5 prints
+// the graph after each, 6 the linear program):
+//   simplify          symbolic rules on the whole AST (index math, constants)
+//   transcendentals   float32 exp2/log2 as ALU ops, on devices that ask (DeviceSpec::alu_transcendentals)
+//   <each opt>        UPCAST/UNROLL/LOCAL/GROUP/PADTO in order (opts.h; upcast.h makes tiles and lanes)
+//   order loops       SWAPs put the output loops in their order
+//   map launch        THREAD's axis -> the launch index (CPU-style); output loops and LOCAL ranges ->
+//                     workgroup and work-item ids (GPU-style)
+//   combine accesses  host renderers: consecutive scalar loads/stores -> one vector access (upcast.h)
+//   lower reduces     REDUCE -> an accumulator register, an update inside its loops, a read after
+//   close loops       each store is closed over the ranges it runs in
+//   linearize         the DAG -> an ordered list with explicit loop nesting (linearize.h)
+//   render            the list -> source in the device's language (renderers/)
+// The opts themselves are chosen before: heuristic_opts (lower/heuristics.cpp) or search (search/).
 //
 // What a linear program may hold beyond plain loops, for renderers and devices:
 //   SPECIAL(end) "gidx0"   CPU-style devices (DeviceSpec::max_local == 0): the launch index the device
@@ -62,8 +68,6 @@ LoweredKernel lower_kernel(const UOpPtr& ast, const DeviceSpec& spec);  // with 
 
 namespace detail {
 std::string kernel_name(const UOpPtr& ast);  // "E_4096_16", "r_4096_4096"
-// Steps 3-6 for a kernel whose opts are applied; k holds the name, dims and opts so far.
-LoweredKernel finish_lowering(UOpPtr sink, const DeviceSpec& spec, LoweredKernel k);
 }  // namespace detail
 
 }  // namespace kiln

@@ -2,9 +2,13 @@
 // kernel's axes as opts number them, and the questions both ask about its loads and stores. Internal
 // to lower/; the API is lower/opts.h.
 #pragma once
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "devices/device.h"
+#include "lower/lower.h"
 #include "uop/uop.h"
 
 namespace kiln::detail {
@@ -25,6 +29,34 @@ struct KernelAxes {
   std::vector<Axis> axes;
 };
 KernelAxes kernel_axes(const UOpPtr& ast, const DeviceSpec& spec);
+
+// The passes before opts, on which heuristics, search and the lowering choose and apply them: symbolic
+// simplification, then float32 exp2/log2 as ALU ops where the device asks (lower.cpp lists the same two
+// as the pipeline's first passes).
+UOpPtr prepare_for_opts(const UOpPtr& ast, const DeviceSpec& spec);
+
+// Applies opts to a prepared kernel, one at a time, then orders its loops and maps its launch; the
+// lowering (lower.cpp) runs each of these steps as a pass. Copies are independent (search probes
+// an opt on a copy).
+class OptApplier {
+ public:
+  OptApplier(const UOpPtr& prepared, const DeviceSpec& spec);
+  OptApplier(const OptApplier& other);
+  ~OptApplier();
+  const std::vector<Axis>& axes() const;
+  const UOpPtr& sink() const;
+  // Applies one opt, or says why it does not apply (and changes nothing then).
+  std::optional<std::string> apply(const Opt& o);
+  // After the opts: the SWAPs put the output loops in their order.
+  void order_loops();
+  // Then the launch: THREAD's axis becomes the launch index (CPU-style), or the output loops and LOCAL
+  // ranges become workgroup and work-item ids (GPU-style); or why the grid does not fit.
+  std::optional<std::string> map_launch(LaunchDims& dims);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 bool is_gpu(const DeviceSpec& spec);
 bool has_reduce(const UOpPtr& sink);

@@ -169,11 +169,11 @@ UOpPtr pad_range(const UOpPtr& sink, const UOpPtr& r, int64_t padded, UOpPtr& ou
   return substitute(s, replace);
 }
 
-class OptApplier {
+}  // namespace
+
+class detail::OptApplier::Impl {
  public:
-  OptApplier(const UOpPtr& ast, const DeviceSpec& spec) : spec_(spec) {
-    sink_ = graph_rewrite(ast, pm_symbolic(), nullptr, "simplify");
-    if (spec.alu_transcendentals) sink_ = graph_rewrite(sink_, pm_transcendental(), nullptr, "transcendentals");
+  Impl(const UOpPtr& prepared, const DeviceSpec& spec) : spec_(spec), sink_(prepared) {
     std::vector<UOpPtr> outputs, reduces;
     for (const UOpPtr& u : toposort(sink_)) {
       if (u->op == Op::RANGE) next_id_ = std::max(next_id_, u->axis_id() + 1);
@@ -311,23 +311,8 @@ class OptApplier {
     return reject("unknown opt");
   }
 
-  // After the opts: the loop order and the launch mapping.
-  Lowering finish(std::vector<Opt> opts) {
-    apply_swaps();
-    LoweredKernel k;
-    k.opts = std::move(opts);
-    if (is_gpu(spec_)) {
-      if (auto bad = map_grid(k.dims)) return {std::nullopt, *bad};
-    } else if (thread_axis_ >= 0) {
-      const UOpPtr& r = axes_[thread_axis_].range;
-      k.dims.global[0] = r->end()->vmax();
-      sink_ = substitute(sink_, {{r.get(), UOp::make(Op::SPECIAL, r->dtype, {r->end()}, std::string("gidx0"))}});
-    }
-    return {std::move(k), ""};
-  }
-
- private:
-  void apply_swaps() {
+  // After the opts: the SWAPs put the output loops in their order.
+  void order_loops() {
     for (auto [x, y] : swaps_) {
       UOpPtr& rx = axes_[x].range;
       UOpPtr& ry = axes_[y].range;
@@ -342,6 +327,18 @@ class OptApplier {
     }
   }
 
+  // Then the launch: THREAD's axis becomes the launch index (CPU-style), or the grid (GPU-style).
+  std::optional<std::string> map_launch(LaunchDims& dims) {
+    if (is_gpu(spec_)) return map_grid(dims);
+    if (thread_axis_ >= 0) {
+      const UOpPtr& r = axes_[thread_axis_].range;
+      dims.global[0] = r->end()->vmax();
+      sink_ = substitute(sink_, {{r.get(), UOp::make(Op::SPECIAL, r->dtype, {r->end()}, std::string("gidx0"))}});
+    }
+    return std::nullopt;
+  }
+
+ private:
   // GPU-style: LOCAL ranges become work-item ids, the other output loops workgroup ids. The innermost
   // output loop is dimension 0, the next dimension 1, the rest share dimension 2. A loop of one
   // iteration is not mapped.
@@ -493,28 +490,27 @@ class OptApplier {
   std::vector<std::pair<int, int>> swaps_;
 };
 
-}  // namespace
+UOpPtr detail::prepare_for_opts(const UOpPtr& ast, const DeviceSpec& spec) {
+  UOpPtr s = graph_rewrite(ast, pm_symbolic());
+  return spec.alu_transcendentals ? graph_rewrite(s, pm_transcendental()) : s;
+}
+
+detail::OptApplier::OptApplier(const UOpPtr& prepared, const DeviceSpec& spec) : impl_(std::make_unique<Impl>(prepared, spec)) {}
+detail::OptApplier::OptApplier(const OptApplier& other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+detail::OptApplier::~OptApplier() = default;
+const std::vector<Axis>& detail::OptApplier::axes() const { return impl_->axes(); }
+const UOpPtr& detail::OptApplier::sink() const { return impl_->sink(); }
+std::optional<std::string> detail::OptApplier::apply(const Opt& o) { return impl_->apply(o); }
+void detail::OptApplier::order_loops() { impl_->order_loops(); }
+std::optional<std::string> detail::OptApplier::map_launch(LaunchDims& dims) { return impl_->map_launch(dims); }
 
 detail::KernelAxes detail::kernel_axes(const UOpPtr& ast, const DeviceSpec& spec) {
-  OptApplier k(ast, spec);
+  OptApplier k(prepare_for_opts(ast, spec), spec);
   return {k.sink(), k.axes()};
 }
 
-Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts) {
-  KILN_ASSERT(ast->op == Op::SINK, "a kernel AST is a SINK of stores");
-  OptApplier applier(ast, spec);
-  for (const Opt& o : opts)
-    if (std::optional<std::string> why = applier.apply(o)) return {std::nullopt, *why};
-  Lowering l = applier.finish(std::vector<Opt>(opts.begin(), opts.end()));
-  if (!l.kernel) return l;
-  l.kernel->name = detail::kernel_name(ast);
-  if (config().debug >= 3) std::cerr << "kiln: " << l.kernel->name << " opts: " << to_string(opts) << "\n";
-  l.kernel = detail::finish_lowering(applier.sink(), spec, std::move(*l.kernel));
-  return l;
-}
-
 std::vector<Opt> action_space(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> applied) {
-  OptApplier k(ast, spec);
+  OptApplier k(prepare_for_opts(ast, spec), spec);
   for (const Opt& o : applied)
     if (k.apply(o)) return {};
   std::vector<Opt> out;
@@ -552,8 +548,9 @@ std::vector<Opt> action_space(const UOpPtr& ast, const DeviceSpec& spec, std::sp
 std::vector<std::vector<Opt>> opt_neighbours(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts) {
   std::vector<std::vector<Opt>> out;
   std::set<std::string> seen{to_string(opts)};
+  UOpPtr prepared = prepare_for_opts(ast, spec);
   auto offer = [&](std::vector<Opt> list) {
-    OptApplier k(ast, spec);
+    OptApplier k(prepared, spec);
     for (const Opt& o : list)
       if (k.apply(o)) return;
     if (seen.insert(to_string(list)).second) out.push_back(std::move(list));

@@ -2,7 +2,7 @@
 // chooses a list of them; without search, heuristic_opts() does.
 //
 //   std::vector<Opt> opts = heuristic_opts(ast, spec);          // what lower_kernel(ast, spec) uses
-//   Lowering l = lower_with_opts(ast, spec, {{OptOp::UPCAST, 0, 8}, {OptOp::UNROLL, 2, 4}});
+//   Lowering l = lower_with_opts(ast, spec, {{OptOp::UPCAST, 0, 8}, {OptOp::UNROLL, 2, 4}});  // the pipeline: lower.cpp
 //   if (!l.kernel) std::cerr << l.rejected;                       // why an opt does not apply
 //   for (const Opt& o : action_space(ast, spec)) ...              // every single step search may try
 //

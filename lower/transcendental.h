@@ -1,7 +1,7 @@
 // exp2 and log2 of float32 as ALU ops: a pass for devices whose compiler would otherwise call a
 // scalar library function per element (the CPU: a vector loop of exp2f calls runs lane by lane).
 //
-//   sink = graph_rewrite(sink, pm_transcendental(), nullptr, "transcendentals");
+//   sink = graph_rewrite(sink, pm_transcendental());   // a pass of lower_with_opts (lower.cpp)
 //
 // The results are polynomials, comparisons, selects, integer adds and shifts and bitcasts, all of
 // which upcast_vector turns into vector ops, so a GELU, a softmax or a sigmoid vectorizes like any

@@ -373,7 +373,7 @@ UOpPtr combine_accesses(const UOpPtr& sink, int64_t vector_bytes) {
     }
     out = sink->with_src(src);
   }
-  return replace.empty() ? out : graph_rewrite(substitute(out, replace), pm_gep_through_alu(), nullptr, "ops on vector lanes");
+  return replace.empty() ? out : graph_rewrite(substitute(out, replace), pm_gep_through_alu());
 }
 
 }  // namespace kiln
