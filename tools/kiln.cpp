@@ -121,6 +121,7 @@ Run setup_train(CLI::App& command) {
   command.add_option("--save", o->save, "write a checkpoint (model, optimizer, step, data position, RNG) at the end");
   command.add_option("--resume", o->resume, "continue from a checkpoint written by --save");
   command.add_flag("!--no-eval", o->eval, "skip the test-set evaluation");
+  command.add_flag("--zero", o->zero, "partition AdamW's moments across the MPI ranks (ZeRO-1) and print the optimizer state per rank");
   command.add_flag("!--no-jit", o->jit, "run every step eagerly instead of capturing it once and replaying it (as KILN_JIT=0)");
   command.footer(kTrainHelp);
   return [o, what] { run_train(*o); };  // CLI11 writes into *what while parsing: keep it alive
