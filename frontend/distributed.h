@@ -38,12 +38,14 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "frontend/data.h"
 #include "frontend/nn.h"
+#include "frontend/optim.h"
 #include "frontend/tensor.h"
 
 namespace kiln::dist {
@@ -159,6 +161,60 @@ class DistributedDataParallel {
   int no_sync_depth_ = 0;
   Stats stats_;
   void broadcast_buffers();
+};
+
+// ZeroRedundancyOptimizer: optimizer state partitioned across the ranks (ZeRO stage 1, as DeepSpeed;
+// the role of torch.distributed.optim.ZeroRedundancyOptimizer), wrapped around any kiln optimizer.
+//
+//   dist::DistributedDataParallel ddp(model);
+//   dist::ZeroRedundancyOptimizer opt(model->parameters(), [](std::vector<Tensor> part) {
+//     return std::make_unique<optim::AdamW>(std::move(part), 1e-3); });
+//   ddp.backward(loss); opt.step(); opt.zero_grad();     // as any optimizer; LR schedules drive it too
+//   std::cout << opt.state_bytes() << " bytes of Adam moments on this rank\n";
+//
+// The parameters of one dtype and device are laid end to end (parameter order, each flattened), and
+// that flat vector is split over the ranks as reduce_scatter splits rows (scatter_rows: the first
+// n mod world ranks get one element more). Each rank keeps its part as a tensor of its own and builds
+// the wrapped optimizer over its parts alone, so that optimizer's state (Adam's moments, SGD's momentum)
+// is about 1/world of what it would be. step(): each rank gives the wrapped optimizer its part of the
+// gradients (already averaged across ranks, by DistributedDataParallel), which updates that part; the
+// ranks' parts are then all-gathered and every parameter takes its updated value, so every rank holds
+// the same full parameters. Every rank calls step() (it is a collective).
+// - A parameter without a gradient while others of its dtype and device have one steps with a zero
+//   gradient (its elements share the part with the rest); the wrapped optimizer alone would skip it.
+// - The parts are a copy of 1/world of the parameters (DeepSpeed's stage 1 keeps such a partition too).
+// - In a world of one the part is the whole flat vector and nothing is communicated: the parameters
+//   take exactly the values the wrapped optimizer alone gives them (its update is elementwise).
+// - state_dict()/load_state_dict() are this rank's part of the state (the wrapped optimizer's, keyed by part).
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> parts)>;
+
+class ZeroRedundancyOptimizer : public optim::Optimizer {
+ public:
+  ZeroRedundancyOptimizer(std::vector<Tensor> params, const OptimizerFactory& make_optimizer);
+
+  void step(std::vector<Tensor> also_realize = {}) override;
+  std::map<std::string, Tensor> state_dict() const override { return local_->state_dict(); }
+  void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps) override;
+  size_t state_bytes() const override { return local_->state_bytes(); }  // this rank's
+  // The wrapped optimizer over this rank's parts (one per dtype and device family this rank holds
+  // elements of).
+  optim::Optimizer& local() { return *local_; }
+
+  // One dtype-and-device family of parameters, laid end to end.
+  struct Partition {
+    std::vector<size_t> params;  // indices into params(), in order
+    int64_t numel = 0;           // elements of the family
+    int64_t first = 0, count = 0;  // this rank's part: [first, first + count)
+    int local = -1;              // index of the part in local().params(); -1 when count is 0
+  };
+  const std::vector<Partition>& partitions() const { return partitions_; }
+
+ protected:
+  Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& hyper) override;
+
+ private:
+  std::vector<Partition> partitions_;
+  std::unique_ptr<optim::Optimizer> local_;
 };
 
 }  // namespace kiln::dist

@@ -222,6 +222,15 @@ void allreduce(void* data, int64_t count, ScalarType wire, bool max) {
   }
 }
 
+void raw_allreduce(const void* in, void* out, int64_t count, ScalarType s) {
+  const Job& j = job();
+  if (!j.mpi) {
+    if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * DType{s}.itemsize());
+    return;
+  }
+  check(j.mpi->Allreduce(in, out, to_count(count, "allreduce"), mpi_type(s), j.mpi->op_sum, j.mpi->comm_world), "MPI_Allreduce");
+}
+
 void broadcast(void* data, int64_t count, ScalarType s, int root) {
   const Job& j = job();
   if (!j.mpi) return;

@@ -38,6 +38,9 @@ void broadcast(void* data, int64_t count, ScalarType s, int root);
 void allgather(const void* mine, const std::vector<int64_t>& counts, ScalarType s, void* out);
 // The reduction of every rank's `in` (sum of counts elements); rank r receives part r (counts[r] elements).
 void reduce_scatter(const void* in, void* out, const std::vector<int64_t>& counts, ScalarType s, bool max);
+// One MPI_Allreduce (sum) of `count` elements from `in` into `out`, as is: no agreement, no copies; the
+// reference `kiln bench dist` times kiln's allreduce against. A world of one copies in to out.
+void raw_allreduce(const void* in, void* out, int64_t count, ScalarType s);
 
 // What a rank called, exchanged before any data moves.
 enum class Kind : int64_t { Barrier, Allreduce, Broadcast, Allgather, ReduceScatter, Metric, Gradients, Buffers };

@@ -58,6 +58,13 @@ std::map<std::string, Tensor> Optimizer::state_dict() const {
   return out;
 }
 
+size_t Optimizer::state_bytes() const {
+  size_t bytes = 0;
+  for (const auto& per_param : state_)
+    for (const auto& [name, t] : per_param) bytes += static_cast<size_t>(t.numel()) * t.dtype().itemsize();
+  return bytes;
+}
+
 void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps) {
   std::vector<std::map<std::string, Tensor>> loaded(params_.size());
   for (auto& [key, t] : state) {

@@ -23,14 +23,16 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Updates the parameters (and extra tensors to realize in the same schedule, such as a model's
   // running statistics or the loss) and realizes them all at once.
-  void step(std::vector<Tensor> also_realize = {});
+  virtual void step(std::vector<Tensor> also_realize = {});
   void zero_grad();  // sets every gradient to none, like PyTorch's default
   double lr;
   int64_t steps() const { return steps_; }
   const std::vector<Tensor>& params() const { return params_; }
   // For checkpoints: the per-parameter state tensors by name ("exp_avg.3") and the step count.
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps);
+  virtual std::map<std::string, Tensor> state_dict() const;
+  virtual void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps);
+  // Bytes of this process's state tensors (Adam: two per parameter element; none before the first step).
+  virtual size_t state_bytes() const;
 
  protected:
   // The new value of parameter i given its gradient; may create or update state tensors.

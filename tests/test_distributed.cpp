@@ -326,6 +326,110 @@ TEST_CASE("ddp: synchronized batch norm in a world of one is batch norm: outputs
   CHECK(first_difference(flat_values(*net), flat_values(*ref), 1e-5) == "");
 }
 
+// --- ZeRO-1 in a world of one --------------------------------------------------------------------------------
+
+namespace {
+
+// Trains net with opt for `steps` steps of mse on (x, y), a StepLR halving lr every 2 steps. The gradients
+// are realized before each step, so that both optimizers compared are given the same bits: lazy, they
+// would fuse into the optimizer's kernels, which differ between a plain and a partitioned optimizer.
+void train(nn::Module& net, optim::Optimizer& opt, const Tensor& x, const Tensor& y, int64_t steps) {
+  optim::StepLR schedule(opt, 2, 0.5);
+  for (int64_t step = 0; step < steps; ++step) {
+    Tensor loss = nn::mse_loss(net.forward(x), y);
+    loss.backward();
+    std::vector<Tensor> grads;
+    for (const Tensor& p : net.parameters()) grads.push_back(*p.grad());
+    realize_all(grads);
+    for (size_t i = 0; i < grads.size(); ++i) net.parameters()[i].set_grad(grads[i]);
+    opt.step({loss});
+    opt.zero_grad();
+    schedule.step();
+  }
+}
+
+dist::OptimizerFactory adamw(double lr) {
+  return [lr](std::vector<Tensor> part) { return std::make_unique<optim::AdamW>(std::move(part), lr, 0.9, 0.999, 1e-8, 0.05); };
+}
+
+// The devices ZeRO-1 is compared on, with the tolerance each allows. REF (kiln's interpreter) computes
+// every op as written, so the partitioned update must be the same bits as the plain one. The compiled CPU
+// device lets LLVM contract a*b+c into one FMA (`fadd contract`), and whether it does depends on the
+// kernel around the expression (one flat kernel against one per parameter), so an op per step may round
+// differently: 1e-6 (relative beyond 1) bounds a few such ulps over these few steps (seen: 2e-9).
+struct DeviceCase {
+  std::string device;
+  double tol;
+};
+std::vector<DeviceCase> zero_devices() { return {{"REF", 0}, {default_device_name(), 1e-6}}; }
+
+// Runs body with `device` as the default device (config().device), restored after.
+template <typename F>
+void on_device(const std::string& device, F body) {
+  std::string saved = config().device;
+  config().device = device;
+  try {
+    body();
+  } catch (...) {
+    config().device = saved;
+    throw;
+  }
+  config().device = saved;
+}
+
+}  // namespace
+
+TEST_CASE("zero: in a world of one, ZeRO-1 gives the wrapped optimizer's parameters (REF: exactly) and state size: AdamW, SGD momentum",
+          "[distributed]") {
+  const int64_t steps = 5;
+  for (const DeviceCase& c : zero_devices()) {
+    INFO("device " << c.device);
+    on_device(c.device, [&] {
+      auto [x, y] = data({6, 4}, 11);
+      auto ref = mlp(30), net = mlp(30);
+      optim::AdamW ref_opt(ref->parameters(), 0.01, 0.9, 0.999, 1e-8, 0.05);
+      dist::ZeroRedundancyOptimizer opt(net->parameters(), adamw(0.01));
+      CHECK(opt.lr == 0.01);
+      train(*ref, ref_opt, x, y, steps);
+      train(*net, opt, x, y, steps);
+      CHECK(first_difference(flat_values(*net), flat_values(*ref), c.tol) == "");
+      CHECK(opt.steps() == steps);
+      CHECK(opt.lr == ref_opt.lr);  // the schedule drove the wrapper
+      CHECK(ref_opt.state_bytes() == 2 * 67 * 4);  // two moments of 67 float32 parameters (32 + 8 + 24 + 3)
+      CHECK(opt.state_bytes() == ref_opt.state_bytes());
+
+      auto sgd_ref = mlp(31), sgd_net = mlp(31);  // SGD with momentum and Nesterov
+      optim::SGD sgd_ref_opt(sgd_ref->parameters(), 0.05, 0.9, 0, 1e-3, true);
+      dist::ZeroRedundancyOptimizer sgd_opt(sgd_net->parameters(), [](std::vector<Tensor> part) {
+        return std::make_unique<optim::SGD>(std::move(part), 0.05, 0.9, 0, 1e-3, true);
+      });
+      train(*sgd_ref, sgd_ref_opt, x, y, steps);
+      train(*sgd_net, sgd_opt, x, y, steps);
+      CHECK(first_difference(flat_values(*sgd_net), flat_values(*sgd_ref), c.tol) == "");
+      CHECK(sgd_opt.state_bytes() == 67 * 4);
+    });
+  }
+}
+
+TEST_CASE("zero: parameters are partitioned per dtype and device, end to end; bad factories are errors", "[distributed]") {
+  auto net = mlp(1);
+  std::vector<Tensor> params = net->parameters();
+  params.push_back(Tensor::zeros({5}, dtypes::float64).requires_grad_());
+  dist::ZeroRedundancyOptimizer opt(params, adamw(1e-3));
+  REQUIRE(opt.partitions().size() == 2);
+  CHECK(opt.partitions()[0].params == std::vector<size_t>{0, 1, 2, 3});
+  CHECK(opt.partitions()[0].numel == 67);
+  CHECK(opt.partitions()[1].params == std::vector<size_t>{4});
+  CHECK(opt.partitions()[1].count == 5);
+  CHECK(opt.local().params().size() == 2);
+  CHECK(opt.local().params()[1].dtype() == dtypes::float64);
+  CHECK(opt.state_bytes() == 0);  // Adam's moments appear at the first step
+  CHECK_THROWS_WITH(dist::ZeroRedundancyOptimizer(params, nullptr), Contains("the optimizer factory is empty"));
+  CHECK_THROWS_WITH(dist::ZeroRedundancyOptimizer(params, [](std::vector<Tensor>) { return nullptr; }), Contains("returned null"));
+  CHECK_THROWS_WITH(dist::ZeroRedundancyOptimizer(params, [&](std::vector<Tensor>) { return std::make_unique<optim::SGD>(params, 0.1); }),
+                    Contains("holds 5 parameters, not the 2 parts"));
+}
+
 // --- several ranks (hidden: run under mpirun by tests/CMakeLists.txt) -------------------------------------------
 
 TEST_CASE("mpi: the ranks are 0..world-1 and the world is mpirun's", "[.mpi]") {
@@ -592,4 +696,43 @@ TEST_CASE("mpi: ddp over models that differ across ranks is an error on every ra
   auto net = mlp(1);
   if (me == 1) net->add("extra", std::make_shared<nn::Linear>(3, 3));
   CHECK_THROWS_WITH(dist::DistributedDataParallel(net), Contains("rank 1's model has 6 parameters") || Contains("this rank's 6"));
+}
+
+// ZeRO-1 against plain data parallel, both under DistributedDataParallel from the same start, on the
+// devices and tolerances of zero_devices(). The averaged gradients are realized host buffers, the same
+// bits on every rank (2 ranks: Open MPI's allreduce gives each the same sum), so each rank's part of
+// the parameters is computed from the same inputs as the plain optimizer's: on REF exactly equal.
+TEST_CASE("mpi: ZeRO-1 under ddp gives plain data parallel's parameters (REF: exactly), with 1/world of the optimizer state per rank",
+          "[.mpi]") {
+  int world = dist::world_size(), me = dist::rank();
+  const int64_t m = 3, steps = 6;
+  for (const DeviceCase& c : zero_devices()) {
+    INFO("device " << c.device);
+    on_device(c.device, [&] {
+      auto [x, y] = data({m * world, 4}, 23);
+      Tensor mx = x.slice(0, me * m, (me + 1) * m), my = y.slice(0, me * m, (me + 1) * m);
+      auto ref = mlp(40), net = mlp(40);
+      dist::DistributedDataParallel ref_ddp(ref), ddp(net);
+      optim::AdamW ref_opt(ref->parameters(), 0.01, 0.9, 0.999, 1e-8, 0.05);
+      dist::ZeroRedundancyOptimizer opt(net->parameters(), adamw(0.01));
+      for (int64_t step = 0; step < steps; ++step) {
+        ref_ddp.backward(nn::mse_loss(ref_ddp(mx), my));
+        ref_opt.step();
+        ref_opt.zero_grad();
+        ddp.backward(nn::mse_loss(ddp(mx), my));
+        opt.step();
+        opt.zero_grad();
+        INFO("step " << step);
+        for (const Tensor& p : net->parameters()) CHECK(differs_across_ranks(p) == "");
+        CHECK(first_difference(flat_values(*net), flat_values(*ref), c.tol) == "");
+      }
+      // 67 parameters split 34 + 33 over 2 ranks: each rank holds the two moments of its part only.
+      auto [first, count] = dist::scatter_rows(67, me, world);
+      CHECK(opt.partitions()[0].first == first);
+      CHECK(opt.partitions()[0].count == count);
+      CHECK(opt.state_bytes() == static_cast<size_t>(2 * count * 4));
+      CHECK(dist::reduce_metric(static_cast<double>(opt.state_bytes()), ReduceOp::Sum) == static_cast<double>(ref_opt.state_bytes()));
+      CHECK(ref_opt.state_bytes() == 2 * 67 * 4);
+    });
+  }
 }

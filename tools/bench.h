@@ -3,7 +3,7 @@
 //   kiln bench                  the full run (under 2 minutes here)
 //   kiln bench --quick          fewer runs and a smaller matmul (under 20 s here)
 //   kiln bench --json           the same figures as JSON on stdout
-//   kiln bench train | sweep | compile   training steps beside libtorch | kernel shapes | waiting for compiles
+//   kiln bench train | sweep | compile | dist   training steps beside libtorch | kernel shapes | waiting for compiles | MPI ranks| sweep | compile   training steps beside libtorch | kernel shapes | waiting for compiles
 //   kiln --device CPU bench     on a chosen device
 //
 // Figures are measured, never asserted: the targets are printed beside them as met or MISSED.
@@ -18,6 +18,7 @@ struct BenchOptions {
   bool json = false;
   std::string only;  // `kiln bench train --only mlp`: the workloads whose key or name contains this (all when empty)
   std::string omp_child;  // internal: this process measures under the OMP_WAIT_POLICY named (tools/bench_train.cpp)
+  bool dist_child = false;  // internal: this process is a rank of the job `kiln bench dist` started (tools/bench_dist.cpp)
 };
 
 // What `kiln bench --help` says beyond its options.
@@ -33,5 +34,8 @@ void run_bench_sweep(const BenchOptions& options);
 // `kiln bench compile`: the first training step and two searches with empty caches, in-process LLVM beside
 // a clang process per kernel (tools/bench_compile.cpp).
 void run_bench_compile(const BenchOptions& options);
+// `kiln bench dist`: data-parallel training steps on 1 and 2 ranks, and kiln's allreduce beside a raw
+// MPI_Allreduce (tools/bench_dist.cpp); starts `mpirun -np 2` of itself.
+void run_bench_dist(const BenchOptions& options);
 
 }  // namespace kiln

@@ -92,17 +92,20 @@ Run setup_bench(CLI::App& command) {
   command.add_flag("--json", options->json, "print the report as JSON instead of one line per workload");
   command.add_option("--only", options->only, "train: only the models whose key (mlp, torch_cnn, demo_cnn, transformer, resnet) or name contains this");
   command.add_option("--omp-child", options->omp_child)->group("");  // internal: kiln bench train runs each model in children
+  command.add_flag("--dist-child", options->dist_child)->group("");  // internal: kiln bench dist's ranks under mpirun
   auto suite = std::make_shared<std::string>("kernels");
   command.add_option("suite", *suite,
                      "kernels (default): the workloads below; train: whole training steps beside libtorch; sweep: matmul layouts, "
                      "attention and conv2d forward/backward shapes against the FMA peak; compile: the first training step and "
-                     "two searches with empty caches, in-process LLVM beside a clang process per kernel")
-      ->check(CLI::IsMember({"kernels", "train", "sweep", "compile"}));
+                     "two searches with empty caches, in-process LLVM beside a clang process per kernel; dist: data-parallel training on 1 and 2 MPI "
+                     "ranks and kiln's allreduce beside a raw MPI_Allreduce (starts mpirun -np 2 of itself)")
+      ->check(CLI::IsMember({"kernels", "train", "sweep", "compile", "dist"}));
   command.footer(kBenchHelp);
   return [options, suite] {
     if (*suite == "train") run_bench_train(*options);
     else if (*suite == "sweep") run_bench_sweep(*options);
     else if (*suite == "compile") run_bench_compile(*options);
+    else if (*suite == "dist") run_bench_dist(*options);
     else run_bench(*options);
   };
 }
@@ -121,6 +124,7 @@ Run setup_train(CLI::App& command) {
   command.add_option("--save", o->save, "write a checkpoint (model, optimizer, step, data position, RNG) at the end");
   command.add_option("--resume", o->resume, "continue from a checkpoint written by --save");
   command.add_flag("!--no-eval", o->eval, "skip the test-set evaluation");
+  command.add_flag("--zero", o->zero, "partition AdamW's moments across the MPI ranks (ZeRO-1) and print the optimizer state per rank");
   command.add_flag("!--no-jit", o->jit, "run every step eagerly instead of capturing it once and replaying it (as KILN_JIT=0)");
   command.footer(kTrainHelp);
   return [o, what] { run_train(*o); };  // CLI11 writes into *what while parsing: keep it alive

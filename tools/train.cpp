@@ -104,6 +104,17 @@ Tensor prepare(const Tensor& images, double mean, double stddev) {
   return (x * (1.0 / (255.0 * stddev))) - mean / stddev;
 }
 
+// The optimizer state's bytes on each rank and in all, on stderr (rank 0); a collective under --zero.
+void report_optimizer_state(const optim::Optimizer& opt, bool zero, bool main_rank) {
+  double mine = static_cast<double>(opt.state_bytes());
+  double all = zero ? dist::reduce_metric(mine, dist::ReduceOp::Sum) : mine;
+  double most = zero ? dist::reduce_metric(mine, dist::ReduceOp::Max) : mine;
+  if (!main_rank) return;
+  std::cerr << "kiln: train: optimizer state " << std::fixed << std::setprecision(0) << most << " bytes per rank";
+  if (zero) std::cerr << " (ZeRO-1 over " << dist::world_size() << (dist::world_size() == 1 ? " rank; " : " ranks; ") << all << " bytes unpartitioned)";
+  std::cerr << "\n";
+}
+
 std::string duration(double seconds) {
   int64_t s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
   std::ostringstream out;
@@ -144,7 +155,11 @@ void run_train(const TrainOptions& o) {
   auto model = make_mnist_cnn();
   std::optional<dist::DistributedDataParallel> ddp;
   if (world > 1) ddp.emplace(model);  // rank 0's initial parameters everywhere
-  optim::AdamW opt(model->parameters(), o.lr, 0.9, 0.999, 1e-8, 1e-4);
+  auto adamw = [&o](std::vector<Tensor> params) { return std::make_unique<optim::AdamW>(std::move(params), o.lr, 0.9, 0.999, 1e-8, 1e-4); };
+  // --zero: each rank keeps the moments of its part of the parameters only (ZeRO-1).
+  std::unique_ptr<optim::Optimizer> optimizer =
+      o.zero ? std::make_unique<dist::ZeroRedundancyOptimizer>(model->parameters(), adamw) : std::unique_ptr<optim::Optimizer>(adamw(model->parameters()));
+  optim::Optimizer& opt = *optimizer;
   BatchIterator batches({train_x, train_y}, o.batch_size / world, true, o.seed, true, dist::shard(true));
   int64_t per_epoch = batches.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
@@ -202,6 +217,7 @@ void run_train(const TrainOptions& o) {
       throw Error(kiln::cat("train: the loss is ", value, " at step ", step, " (epoch ", batches.epoch() + 1,
                             "); training stopped. Try a lower --lr (now ", o.lr, ")"));
     smoothed = std::isnan(smoothed) ? value : 0.95 * smoothed + 0.05 * value;
+    if (step == first_step + 1) report_optimizer_state(opt, o.zero, main_rank);  // Adam's moments exist from the first step
     auto now = Clock::now();
     // The rate over the last ~10 s of steps: the first steps compile kernels, and their time says
     // nothing about the rest (at step 1 there is no rate yet).

@@ -19,6 +19,7 @@ struct TrainOptions {
   std::string save, resume;         // checkpoint paths
   bool eval = true;
   bool jit = true;                  // capture the step once and replay it (kiln::Jit); --no-jit runs it eagerly
+  bool zero = false;                // ZeRO-1: AdamW's state partitioned across the MPI ranks (dist::ZeroRedundancyOptimizer)
 };
 
 extern const char* const kTrainHelp;
