@@ -1,10 +1,9 @@
 // Opts: the transformations that decide how a kernel's loops map onto a device. Search (search/)
-// chooses a list of them; without search, heuristic_opts() does.
+// chooses a list of them (its action space: search/actions.h); without search, heuristic_opts() does.
 //
 //   std::vector<Opt> opts = heuristic_opts(ast, spec);          // what lower_kernel(ast, spec) uses
 //   Lowering l = lower_with_opts(ast, spec, {{OptOp::UPCAST, 0, 8}, {OptOp::UNROLL, 2, 4}});  // the pipeline: lower.cpp
 //   if (!l.kernel) std::cerr << l.rejected;                       // why an opt does not apply
-//   for (const Opt& o : action_space(ast, spec)) ...              // every single step search may try
 //
 // Axes. A kernel's axes are its loops after simplification: the output loops in order, then the
 // reduce loops. An opt names an axis by its position in that list, and the list never changes as opts
@@ -37,10 +36,6 @@
 
 namespace kiln {
 
-// Bumped whenever the meaning of an opt list changes (new ops, different axis numbering, different
-// lowering of an opt): tuning-cache entries of another version are not trusted.
-inline constexpr int kActionSpaceVersion = 1;
-
 const char* opt_op_name(OptOp op);
 std::string to_string(const Opt& opt);                       // "UPCAST(1,8)"
 std::string to_string(std::span<const Opt> opts);            // "UPCAST(1,8) UNROLL(2,4)", "" for none
@@ -56,13 +51,5 @@ Lowering lower_with_opts(const UOpPtr& ast, const DeviceSpec& spec, std::span<co
 
 // The hand-written heuristics' choice for this kernel on this device.
 std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec);
-
-// Every single opt search may append to `applied` (some of them will be rejected when applied).
-std::vector<Opt> action_space(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> applied = {});
-
-// The opt lists one step from `opts` that appending actions cannot reach: one opt's amount halved or
-// doubled, one opt dropped, THREAD moved to another output axis. Only lists that apply, none twice.
-// Search starts from these beside the heuristics' list (a register tile of another shape, say).
-std::vector<std::vector<Opt>> opt_neighbours(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts);
 
 }  // namespace kiln

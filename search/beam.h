@@ -109,7 +109,7 @@ struct SearchProgress {
 struct SearchHooks {
   std::vector<Opt> default_opts;  // the kernel without search (heuristics): the baseline to beat
   // More starting lists, tried in round 0 beside the default and the bare kernel (search_kernel: the
-  // default's neighbours, opt_neighbours in lower/opts.h); the fastest `beam` of all of them go on.
+  // default's neighbours, opt_neighbours in search/actions.h); the fastest `beam` of all of them go on.
   std::vector<std::vector<Opt>> seeds;
   std::function<std::vector<Opt>(std::span<const Opt> applied)> actions;
   // A Built without an artifact: a source this search built before (a duplicate, not timed). The engine

@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "search/actions.h"
 #include "search/beam.h"
 #include "search/verify.h"
 #include "uop/half.h"

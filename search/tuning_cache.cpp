@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "lower/opts.h"
+#include "search/actions.h"
 #include "search/kernel_ast.h"
 #include "search/tuning_file.h"
 #include "uop/config.h"

@@ -11,6 +11,7 @@
 #include "frontend/tensor.h"
 #include "helpers.h"
 #include "lower/opts.h"
+#include "search/actions.h"
 #include "uop/serialize.h"
 #include "uop/config.h"
 

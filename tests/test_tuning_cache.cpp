@@ -12,6 +12,7 @@
 #include "frontend/tensor.h"
 #include "helpers.h"
 #include "lower/opts.h"
+#include "search/actions.h"
 #include "search/tuning_cache.h"
 #include "search/verify.h"
 #include "uop/hash.h"
