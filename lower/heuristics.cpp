@@ -132,40 +132,31 @@ int64_t pow2_divisor(int64_t n, int64_t cap) {
 
 }  // namespace
 
-// The default heuristics, for kernels of one store (multi-store kernels get threads only):
-// - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes (not when
-//   the kernel calls a math function inside that loop, which a vector would call lane by lane: sin,
-//   sqrt outside LLVM IR, float64 exp2/log2; the CPU's float32 exp2 and log2 are ALU ops by then,
-//   lower/transcendental.h);
-// - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
-//   or two vectors of outputs per iteration. The vector is the innermost output loop that the loads
-//   walk contiguously and unmasked (a conv's output channels, not its padded width; else 16 or 8
-//   scalar copies of the innermost loop); the rows are the output loop, nearest the inside, that
-//   some load does not move along (so each load feeds a row of the tile);
-//   a short output axis (2-8) may be the rows whole; with no vector, 16 or 8 scalar copies along an
-//   output loop some load walks contiguously, then the rows;
-// - sums whose innermost reduce loop every moving load walks contiguously, with no output loop that all
-//   do: no tile, so the compiler vectorizes that loop (a layer norm's sums);
-// - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes;
-// - elementwise with an innermost output loop under 4: the vector along a loop the loads walk
-//   contiguously, stored scattered;
-// - CPU: the outermost output loop is split over the threads when the kernel is big enough;
-// - GPU-style: the innermost output loop gets up to 64 work-items per workgroup, the next one the
-//   rest of a 256 budget.
-std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
-  KernelAxes k = kernel_axes(ast, spec);
-  const UOpPtr& sink = k.sink;
-  const std::vector<Axis>& axes = k.axes;
-  std::vector<int> outputs;
-  for (size_t i = 0; i < axes.size(); ++i)
-    if (axes[i].kind == AxisKind::Output) outputs.push_back(static_cast<int>(i));
+namespace {
+
+// What the heuristics decide on, and what they have decided so far.
+struct Plan {
+  UOpPtr sink;
+  std::vector<Axis> axes;
+  std::vector<int> outputs;          // the output axes, in order
+  std::vector<int64_t> remaining;    // each axis's size left after the opts so far
   std::vector<Opt> opts;
-  if (outputs.empty()) return opts;
-  bool reduces = has_reduce(sink);
-  std::optional<int> tile_vector;  // a register tile's vector axis
+  bool reduces = false;
+  int last_reduce = 0;               // the last axis (a reduce axis when the kernel reduces)
+  std::optional<int> tile_vector;    // a register tile's vector axis
   std::optional<int> gather_vector;  // an elementwise kernel's vector axis whose loads gather across pages
-  std::vector<int64_t> remaining(axes.size());
-  for (size_t i = 0; i < axes.size(); ++i) remaining[i] = axes[i].range->end()->vmax();
+};
+
+// The register tile, vector lanes and unrolls (for both styles of device; the rules only for CPUs, whose
+// compiler vectorizes inner loops, say so).
+void tile_opts(Plan& p, const DeviceSpec& spec) {
+  const UOpPtr& sink = p.sink;
+  const std::vector<Axis>& axes = p.axes;
+  const std::vector<int>& outputs = p.outputs;
+  std::vector<int64_t>& remaining = p.remaining;
+  std::vector<Opt>& opts = p.opts;
+  const bool reduces = p.reduces;
+  const int last_reduce = p.last_reduce;
   // UNROLL of a reduce axis by the first amount that leaves it at least two steps.
   auto unroll_by_first = [&](int axis, std::initializer_list<int64_t> amounts) {
     for (int64_t amount : amounts)
@@ -175,7 +166,6 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
         return;
       }
   };
-  const int last_reduce = static_cast<int>(axes.size()) - 1;
   if (sink->src.size() == 1 && (reduces || !has_transcendental_along(sink, axes[outputs.back()].range, spec))) {
     const UOpPtr& store = sink->src[0];
     auto lanes_for = [&](int axis, bool strict) {
@@ -315,8 +305,8 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
       remaining[last] /= 8;
       tile_rows = 1;
     }
-    if (vector && tile_rows > 0) tile_vector = last;
-    if (vector && !reduces && gathers_across_pages(sink, r)) gather_vector = last;
+    if (vector && tile_rows > 0) p.tile_vector = last;
+    if (vector && !reduces && gathers_across_pages(sink, r)) p.gather_vector = last;
     // A transpose: some load gathers the vector's lanes, but walks another output axis contiguously.
     // Eight copies of the vector along that axis read each gathered line from L1 (16 lanes from 16
     // lines, then the next 7 vectors from the same lines) instead of one float per line per pass:
@@ -362,55 +352,107 @@ std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
         axes[inner_reduce].kind == AxisKind::Reduce && remaining[last_reduce] < 64 && loads_contiguously(sink, axes[last_reduce].range))
       unroll_by_first(inner_reduce, {8, 4, 2});
   }
-  if (is_gpu(spec)) {
-    int64_t budget = std::min<int64_t>(spec.max_local, 256);
-    // Few outputs and a long reduction: work-items share each reduction (GROUPTOP below, interleaved
-    // so neighbouring work-items read neighbouring elements), leaving fewer for the outputs.
-    int64_t outs = 1;
-    for (int j : outputs) outs *= axes[j].range->end()->vmax();
-    bool group = reduces && sink->src.size() == 1 && axes[last_reduce].kind == AxisKind::Reduce && outs <= 16384 &&
-                 remaining[last_reduce] >= 64;
-    const int64_t total = budget;
-    if (group) budget = std::min<int64_t>(budget, 16);
-    for (size_t j = outputs.size(); j-- > 0 && budget > 1;) {
-      int64_t n = pow2_divisor(remaining[outputs[j]], std::min<int64_t>({budget, j + 1 == outputs.size() ? 64 : budget,
-                                                                           spec.max_local_dims[0]}));
-      if (n < 2) continue;
-      opts.push_back({OptOp::LOCAL, outputs[j], n});
-      remaining[outputs[j]] /= n;
-      budget /= n;
-      if (opts.back().axis != outputs.back()) break;  // two local axes at most
-    }
-    if (group) {
-      int64_t used = 1;  // work-items the LOCALs above took
-      for (const Opt& o : opts)
-        if (o.op == OptOp::LOCAL) used *= o.amount;
-      int64_t copies = 1;  // reductions the UPCASTs made, each with its own shared array
-      for (const Opt& o : opts)
-        if (o.op == OptOp::UPCAST) copies *= o.amount;
-      int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({total / used, spec.max_local_dims[0]}));
-      // At most 32 KiB of shared arrays (8 bytes: the widest element), whatever the device offers: PoCL
-      // offers 512 KiB, and a 8x16 register tile x 8 work-items x 32-way group (256 KiB) took its
-      // compiler over 20 minutes for one kernel (a cache-split weight gradient, AVX2 host).
-      int64_t shared = std::min<int64_t>(spec.shared_bytes, 32 * 1024);
-      while (n >= 8 && copies * used * n * 8 > shared) n /= 2;
-      if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
-    }
-  } else if (spec.threads > 1 && total_iterations(sink) >= kMinThreadedWork) {
-    // Threads split their axis into outermost blocks. A register tile's vector axis, split that way,
-    // keeps each thread's panel of vector loads (B of a matmul: K x 32 floats) in its own cache while
-    // it walks the rows (matmul 1024^3, 2 cores: 206 -> 284 GFLOP/s); given enough blocks per thread.
-    // A transpose whose vector lanes gather each from another page (repack's copy of a Linear's
-    // weight, a permute made contiguous) is split along its vector axis, so each thread walks only its
-    // own rows of the source, fewer pages than the TLB holds: split along the outer axis, every thread
-    // gathered from all rows at each step (a 128x9216 weight transposed, 2 cores: 1.44 -> 0.24 ms, the
-    // split BEAM picks). Not for gathers within a page (a strided conv's phases: 40% slower split so).
-    int axis = outputs.front();
-    if (tile_vector && remaining[*tile_vector] >= 4 * spec.threads) axis = *tile_vector;
-    if (gather_vector && remaining[*gather_vector] >= 2 * spec.threads) axis = *gather_vector;
-    opts.push_back({OptOp::THREAD, axis, 0});
+}
+
+// GPU-style launch: work-items per workgroup along the innermost output loops, and a reduction shared by
+// a group of them when there are few outputs.
+void gpu_launch_opts(Plan& p, const DeviceSpec& spec) {
+  const UOpPtr& sink = p.sink;
+  const std::vector<Axis>& axes = p.axes;
+  const std::vector<int>& outputs = p.outputs;
+  std::vector<int64_t>& remaining = p.remaining;
+  std::vector<Opt>& opts = p.opts;
+  const bool reduces = p.reduces;
+  const int last_reduce = p.last_reduce;
+  int64_t budget = std::min<int64_t>(spec.max_local, 256);
+  // Few outputs and a long reduction: work-items share each reduction (GROUPTOP below, interleaved
+  // so neighbouring work-items read neighbouring elements), leaving fewer for the outputs.
+  int64_t outs = 1;
+  for (int j : outputs) outs *= axes[j].range->end()->vmax();
+  bool group = reduces && sink->src.size() == 1 && axes[last_reduce].kind == AxisKind::Reduce && outs <= 16384 &&
+               remaining[last_reduce] >= 64;
+  const int64_t total = budget;
+  if (group) budget = std::min<int64_t>(budget, 16);
+  for (size_t j = outputs.size(); j-- > 0 && budget > 1;) {
+    int64_t n = pow2_divisor(remaining[outputs[j]], std::min<int64_t>({budget, j + 1 == outputs.size() ? 64 : budget,
+                                                                         spec.max_local_dims[0]}));
+    if (n < 2) continue;
+    opts.push_back({OptOp::LOCAL, outputs[j], n});
+    remaining[outputs[j]] /= n;
+    budget /= n;
+    if (opts.back().axis != outputs.back()) break;  // two local axes at most
   }
-  return opts;
+  if (group) {
+    int64_t used = 1;  // work-items the LOCALs above took
+    for (const Opt& o : opts)
+      if (o.op == OptOp::LOCAL) used *= o.amount;
+    int64_t copies = 1;  // reductions the UPCASTs made, each with its own shared array
+    for (const Opt& o : opts)
+      if (o.op == OptOp::UPCAST) copies *= o.amount;
+    int64_t n = pow2_divisor(remaining[last_reduce], std::min<int64_t>({total / used, spec.max_local_dims[0]}));
+    // At most 32 KiB of shared arrays (8 bytes: the widest element), whatever the device offers: PoCL
+    // offers 512 KiB, and a 8x16 register tile x 8 work-items x 32-way group (256 KiB) took its
+    // compiler over 20 minutes for one kernel (a cache-split weight gradient, AVX2 host).
+    int64_t shared = std::min<int64_t>(spec.shared_bytes, 32 * 1024);
+    while (n >= 8 && copies * used * n * 8 > shared) n /= 2;
+    if (n >= 8 && n * 4 <= remaining[last_reduce]) opts.push_back({OptOp::GROUPTOP, last_reduce, n});
+  }
+}
+
+// CPU-style launch: one output axis split over the device's threads, when the kernel is big enough.
+void cpu_launch_opts(Plan& p, const DeviceSpec& spec) {
+  if (spec.threads <= 1 || total_iterations(p.sink) < kMinThreadedWork) return;
+  const std::vector<int64_t>& remaining = p.remaining;
+  const std::optional<int>& tile_vector = p.tile_vector;
+  const std::optional<int>& gather_vector = p.gather_vector;
+  // Threads split their axis into outermost blocks. A register tile's vector axis, split that way,
+  // keeps each thread's panel of vector loads (B of a matmul: K x 32 floats) in its own cache while
+  // it walks the rows (matmul 1024^3, 2 cores: 206 -> 284 GFLOP/s); given enough blocks per thread.
+  // A transpose whose vector lanes gather each from another page (repack's copy of a Linear's
+  // weight, a permute made contiguous) is split along its vector axis, so each thread walks only its
+  // own rows of the source, fewer pages than the TLB holds: split along the outer axis, every thread
+  // gathered from all rows at each step (a 128x9216 weight transposed, 2 cores: 1.44 -> 0.24 ms, the
+  // split BEAM picks). Not for gathers within a page (a strided conv's phases: 40% slower split so).
+  int axis = p.outputs.front();
+  if (tile_vector && remaining[*tile_vector] >= 4 * spec.threads) axis = *tile_vector;
+  if (gather_vector && remaining[*gather_vector] >= 2 * spec.threads) axis = *gather_vector;
+  p.opts.push_back({OptOp::THREAD, axis, 0});
+}
+
+}  // namespace
+
+// The default heuristics, for kernels of one store (multi-store kernels get threads only):
+// - elementwise: the innermost output loop, contiguous in the output, becomes vector lanes (not when
+//   the kernel calls a math function inside that loop, which a vector would call lane by lane: sin,
+//   sqrt outside LLVM IR, float64 exp2/log2; the CPU's float32 exp2 and log2 are ALU ops by then,
+//   lower/transcendental.h);
+// - reductions with two or more output loops (matmul, conv): a register tile of 8 (or 4) rows x one
+//   or two vectors of outputs per iteration. The vector is the innermost output loop that the loads
+//   walk contiguously and unmasked (a conv's output channels, not its padded width; else 16 or 8
+//   scalar copies of the innermost loop); the rows are the output loop, nearest the inside, that
+//   some load does not move along (so each load feeds a row of the tile);
+//   a short output axis (2-8) may be the rows whole; with no vector, 16 or 8 scalar copies along an
+//   output loop some load walks contiguously, then the rows;
+// - sums whose innermost reduce loop every moving load walks contiguously, with no output loop that all
+//   do: no tile, so the compiler vectorizes that loop (a layer norm's sums);
+// - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes;
+// - elementwise with an innermost output loop under 4: the vector along a loop the loads walk
+//   contiguously, stored scattered;
+// - CPU: the outermost output loop is split over the threads when the kernel is big enough;
+// - GPU-style: the innermost output loop gets up to 64 work-items per workgroup, the next one the
+//   rest of a 256 budget.
+std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
+  KernelAxes k = kernel_axes(ast, spec);
+  Plan p{k.sink, k.axes, {}, {}, {}, has_reduce(k.sink), static_cast<int>(k.axes.size()) - 1, {}, {}};
+  for (size_t i = 0; i < p.axes.size(); ++i) {
+    if (p.axes[i].kind == AxisKind::Output) p.outputs.push_back(static_cast<int>(i));
+    p.remaining.push_back(p.axes[i].range->end()->vmax());
+  }
+  if (p.outputs.empty()) return {};
+  tile_opts(p, spec);
+  if (is_gpu(spec)) gpu_launch_opts(p, spec);
+  else cpu_launch_opts(p, spec);
+  return p.opts;
 }
 
 }  // namespace kiln
