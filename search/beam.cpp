@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "uop/hash.h"
@@ -118,14 +119,30 @@ struct Timed {
 };
 
 // Fewer opts first, then by the opts' text: how ties are broken.
-bool simpler(const Timed& a, const Timed& b) {
-  if (a.opts.size() != b.opts.size()) return a.opts.size() < b.opts.size();
-  return to_string(a.opts) < to_string(b.opts);
+bool simpler(const std::vector<Opt>& a, const std::vector<Opt>& b) {
+  if (a.size() != b.size()) return a.size() < b.size();
+  return to_string(a) < to_string(b);
 }
+bool simpler(const Timed& a, const Timed& b) { return simpler(a.opts, b.opts); }
 
 // Fastest first; equal times go to the simpler list: the same inputs always give the same order,
 // whatever order the candidates were built in.
 bool faster(const Timed& a, const Timed& b) { return a.seconds != b.seconds ? a.seconds < b.seconds : simpler(a, b); }
+
+// Fastest first, except that the lists within `tie` (a fraction, min_gain) of the fastest are ties
+// inside the timing noise and go simpler first: which of them a search keeps or picks no longer depends
+// on the minute they were timed in (five fresh searches of one kernel kept three different lists).
+template <typename T, typename Get>
+void rank(std::vector<T>& v, double tie, Get get) {
+  std::sort(v.begin(), v.end(), [&](const T& a, const T& b) { return faster(get(a), get(b)); });
+  if (v.empty()) return;
+  double limit = get(v.front()).seconds * (1 + tie);
+  auto tier_end = std::find_if(v.begin(), v.end(), [&](const T& t) { return get(t).seconds > limit; });
+  std::stable_sort(v.begin(), tier_end, [&](const T& a, const T& b) { return simpler(get(a), get(b)); });
+}
+void rank(std::vector<Timed>& v, double tie) {
+  rank(v, tie, [](const Timed& t) -> const Timed& { return t; });
+}
 
 class Engine {
  public:
@@ -170,7 +187,7 @@ class Engine {
     for (Timed& t : evaluate(std::move(starts))) beam.push_back(std::move(t));
     std::erase_if(beam, [&](const Timed& t) { return !is_default(t) && t.seconds > best_seconds() * options_.early_stop; });
     std::vector<Timed> all = beam;
-    std::stable_sort(beam.begin(), beam.end(), faster);
+    rank(beam, options_.min_gain);
     if (beam.size() > size_t(options_.beam)) beam.resize(size_t(options_.beam));
 
     for (int round = 1; round <= options_.max_rounds && !beam.empty(); ++round) {
@@ -180,12 +197,14 @@ class Engine {
       std::vector<Timed> children = evaluate(expand(beam));
       if (children.empty()) break;
       all.insert(all.end(), children.begin(), children.end());
-      std::sort(children.begin(), children.end(), faster);
       // A child whose timing stopped early (clearly slower than the best) is not worth extending.
       std::erase_if(children, [&](const Timed& t) { return t.seconds > best_seconds() * options_.early_stop; });
+      if (children.empty()) break;
+      double fastest = std::min_element(children.begin(), children.end(), faster)->seconds;
+      rank(children, options_.min_gain);
       if (children.size() > size_t(options_.beam)) children.resize(size_t(options_.beam));
       beam = std::move(children);
-      if (beam.empty() || beam.front().seconds > best_before * (1 - options_.min_improvement)) break;
+      if (fastest > best_before * (1 - options_.min_improvement)) break;
     }
 
     settle(std::move(all));
@@ -268,6 +287,23 @@ class Engine {
       }
     }, /*grain=*/1);
     result_.build_s += seconds_since(build_start);
+    // Lists of this batch that lowered to one source: the parallel builds raced to compile it, and the
+    // loser is a duplicate. Hand the compiled kernel to the simplest of them, so the list a search keeps
+    // (and may pick) does not depend on which thread came first.
+    std::unordered_map<uint64_t, size_t> simplest;  // source hash -> index of the simplest list
+    std::vector<uint64_t> hashes(candidates.size(), 0);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (!built[i]) continue;
+      hashes[i] = hash_string(built[i]->source);
+      auto [at, fresh] = simplest.try_emplace(hashes[i], i);
+      if (!fresh && simpler(candidates[i], candidates[at->second])) at->second = i;
+    }
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (!built[i] || simplest[hashes[i]] == i) continue;
+      std::optional<Built>& keep = built[simplest[hashes[i]]];
+      if (!keep->artifact) std::swap(keep->artifact, built[i]->artifact);
+      built[i]->artifact.reset();
+    }
 
     std::vector<Timed> out;
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -405,12 +441,7 @@ class Engine {
     std::vector<Timed*> kept;
     for (size_t i = 0; i + 1 < timed.size(); ++i)
       if (!failed[i]) kept.push_back(timed[i]);
-    std::sort(kept.begin(), kept.end(), [](const Timed* a, const Timed* b) { return faster(*a, *b); });
-    if (!kept.empty()) {
-      double tie = kept.front()->seconds * (1 + options_.min_gain);
-      auto tier_end = std::find_if(kept.begin(), kept.end(), [&](const Timed* t) { return t->seconds > tie; });
-      std::sort(kept.begin(), tier_end, [](const Timed* a, const Timed* b) { return simpler(*a, *b); });
-    }
+    rank(kept, options_.min_gain, [](const Timed* t) -> const Timed& { return *t; });
     contenders = std::move(kept);
     result_.timing_s += seconds_since(start);
   }

@@ -48,15 +48,19 @@ struct SearchOptions {
   double min_improvement = 0.01;  // a round that improves the best by less than this fraction ends search
   // A winner must be this much faster than the default, else the default stays: timings of one kernel
   // vary by a few percent from run to run, and a "win" inside that made each fresh search pick another
-  // list (a memory-bound elementwise kernel: four runs, three winners).
-  double min_gain = 0.03;
+  // list (a memory-bound elementwise kernel: four runs, three winners). Lists within it of each other are
+  // ties, kept and picked fewer opts first. 5%: with 3%, five fresh searches of softmax 2048x2048 picked
+  // five lists for its max kernel and two each for its sum and exp kernels; with 5% (and six contenders
+  // confirmed), the sum and exp kernels kept one list in five; the max kernel still four (each 8 rows with
+  // 4 or 8 reduce steps unrolled, spelled differently: near-equal kernels the noise still orders).
+  double min_gain = 0.05;
   int max_rounds = 10;            // rounds of expansion after the starting candidates
   int timing_runs = 3;            // a candidate's time is the minimum of this many launches
   double early_stop = 1.5;        // stop timing a candidate once its best run is this many times the best's
   double compile_limit_s = 20;    // a build (lower + compile + load) that took longer is disqualified
   double launch_limit_s = 2;      // a launch longer than this and than the default's is disqualified
   double shrink_above_s = 0.02;   // search_kernel: default launches longer than this are timed shrunken
-  int max_checks = 3;             // winners checked against the default before search settles for it
+  int max_checks = 6;             // winners checked against the default before search settles for it
   double min_default_s = 50e-6;   // a kernel whose default launch is faster keeps the default opts: search
                                   // could save less than this per launch, for seconds of compiling
   // BEAM starts from the bare kernel (no opts) too only when the default launch is faster than this: the

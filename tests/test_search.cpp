@@ -175,14 +175,15 @@ TEST_CASE("search: nothing faster than the default keeps the default opts", "[se
 
 // Timing noise of a few percent must not crown a new winner in each fresh search.
 TEST_CASE("search: a candidate less than min_gain faster than the default does not replace it", "[search]") {
-  for (double fastest : {0.98, 0.96}) {
+  const double threshold = 1 - SearchOptions{}.min_gain;  // 0.95
+  for (double fastest : {threshold + 0.01, threshold - 0.01}) {
     FakeWorld w;
     w.default_opts = {up(0, 2)};
     w.times = {{"UPCAST(0,2)", 1.0}, {"", 1.0}, {"UPCAST(0,2) UNROLL(1,4)", fastest}};
     SearchResult r = beam_search(w.hooks(), options());
     INFO("fastest " << fastest << ": " << to_string(r.opts));
-    CHECK(r.improved == (fastest < 0.97));  // min_gain 0.03
-    CHECK(to_string(r.opts) == (fastest < 0.97 ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2)"));
+    CHECK(r.improved == (fastest < threshold));
+    CHECK(to_string(r.opts) == (fastest < threshold ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2)"));
   }
 }
 
@@ -337,7 +338,10 @@ TEST_CASE("search: exhaustive tries every list up to its depth once and finds wh
     INFO(source);
     CHECK(launches >= 1);
   }
-  CHECK(every.launches.count("UNROLL(1,4) UPCAST(0,2) UPCAST(0,4)") == 0);
+  // Of the two orders that make one kernel, the first by the opts' text keeps it and is extended; the
+  // other is a duplicate, whichever thread built first.
+  CHECK(every.launches.count("UNROLL(1,4) UPCAST(0,2) UPCAST(0,4)") == 1);
+  CHECK(every.launches.count("UPCAST(0,2) UNROLL(1,4) UPCAST(0,4)") == 0);
   CHECK(SearchOptions{}.params().find("exhaustive") == std::string::npos);  // BEAM's cache keys stay as they were
   CHECK(o.params().find("exhaustive=3") != std::string::npos);
   CHECK(o.params().find("beam=") == std::string::npos);  // no beam in an exhaustive search, so none in its key
