@@ -197,10 +197,14 @@ std::string literal(const CStyleLanguage& lang, const UOpPtr& u) {
   return "((" + scalar_name(lang, d) + ")" + int_literal(lang, v, d) + ")";
 }
 
-const std::string& math_fn(const CStyleLanguage& lang, Op op) {
-  for (const auto& [o, fn] : lang.math_fns)
-    if (o == op) return fn;
-  throw_internal("the language's math_fns name every math primitive", cat(lang.name, ": ", op_name(op)), __FILE__, __LINE__);
+// The language's spelling of an ALU op (float_alu first for float operands), or null.
+const std::string* alu_spelling(const CStyleLanguage& lang, Op op, bool fp) {
+  if (fp)
+    for (const auto& [o, spelling] : lang.float_alu)
+      if (o == op) return &spelling;
+  for (const auto& [o, spelling] : lang.alu)
+    if (o == op) return &spelling;
+  return nullptr;
 }
 
 // Fills the spelling tables' named placeholders ("{name}", "{type}", "{slot}").
@@ -333,33 +337,16 @@ class Renderer {
     bool fp = is_float(u->src.empty() ? u->dtype : u->src.back()->dtype);
     if (u->dtype.count > 1 && (u->op == Op::MAX || u->op == Op::MIN)) return vector_select_max_min(u);
     if (u->dtype.count > 1 && u->op == Op::WHERE) return vector_select(u);
+    if (u->op != Op::CAST) {
+      const std::string* spelling = alu_spelling(lang_, u->op, fp);
+      if (!spelling) throw_internal("the language's alu table spells every ALU op", cat(lang_.name, ": ", op_name(u->op)), __FILE__, __LINE__);
+      bool f32 = u->dtype.scalar == ScalarType::Float32;
+      std::vector<std::pair<std::string, std::string>> values{{"{f}", f32 ? lang_.float_suffix : ""},
+                                                             {"{fm}", f32 && lang_.fmath_suffix ? "f" : ""}};
+      for (size_t i = 0; i < u->src.size(); ++i) values.push_back({cat("{", i, "}"), a(i)});
+      return fill(*spelling, values);
+    }
     switch (u->op) {
-      case Op::NEG: return "(-" + a(0) + ")";
-      case Op::RECIP: return "(" + std::string(u->dtype.scalar == ScalarType::Float32 ? "1.0f" : "1.0") + "/" + a(0) + ")";
-      case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
-        return math_fn(lang_, u->op) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ")";
-      case Op::POW:
-        return math_fn(lang_, u->op) + (u->dtype.scalar == ScalarType::Float32 && lang_.fmath_suffix ? "f" : "") + "(" + a(0) + ", " + a(1) + ")";
-      case Op::ADD: return "(" + a(0) + "+" + a(1) + ")";
-      case Op::SUB: return "(" + a(0) + "-" + a(1) + ")";
-      case Op::MUL: return "(" + a(0) + "*" + a(1) + ")";
-      case Op::FDIV: case Op::IDIV: return "(" + a(0) + "/" + a(1) + ")";
-      case Op::MOD: return "(" + a(0) + "%" + a(1) + ")";
-      // Float MAX/MIN propagate NaN (uop/ops.h): a NaN on either side wins.
-      case Op::MAX: return fp ? "((" + a(0) + "!=" + a(0) + "||" + a(0) + ">" + a(1) + ")?" + a(0) + ":" + a(1) + ")"
-                              : "((" + a(0) + ">" + a(1) + ")?" + a(0) + ":" + a(1) + ")";
-      case Op::MIN: return fp ? "((" + a(0) + "!=" + a(0) + "||" + a(0) + "<" + a(1) + ")?" + a(0) + ":" + a(1) + ")"
-                              : "((" + a(0) + "<" + a(1) + ")?" + a(0) + ":" + a(1) + ")";
-      case Op::CMPLT: return "(" + a(0) + "<" + a(1) + ")";
-      case Op::CMPNE: return "(" + a(0) + "!=" + a(1) + ")";
-      case Op::CMPEQ: return "(" + a(0) + "==" + a(1) + ")";
-      case Op::AND: return "(" + a(0) + "&" + a(1) + ")";
-      case Op::OR: return "(" + a(0) + "|" + a(1) + ")";
-      case Op::XOR: return "(" + a(0) + "^" + a(1) + ")";
-      case Op::SHL: return "(" + a(0) + "<<" + a(1) + ")";
-      case Op::SHR: return "(" + a(0) + ">>" + a(1) + ")";
-      case Op::WHERE: return "(" + a(0) + "?" + a(1) + ":" + a(2) + ")";
-      case Op::MULACC: return "((" + a(0) + "*" + a(1) + ")+" + a(2) + ")";
       case Op::CAST: {
         // Narrow floats convert through float32.
         std::string x = a(0);
@@ -386,6 +373,10 @@ class Renderer {
       case Op::DEFINE_GLOBAL: case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::INDEX: case Op::LOAD: case Op::STORE:
       case Op::RANGE: case Op::END: case Op::REDUCE: case Op::SPECIAL: case Op::BARRIER: case Op::IF: case Op::ENDIF:
       case Op::VECTORIZE: case Op::GEP: case Op::BITCAST:
+      case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
+      case Op::POW: case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD:
+      case Op::MAX: case Op::MIN: case Op::CMPLT: case Op::CMPNE: case Op::CMPEQ: case Op::AND: case Op::OR:
+      case Op::XOR: case Op::SHL: case Op::SHR: case Op::WHERE: case Op::MULACC:  // the alu table's, above
         break;
     }
     throw_internal("expr() is called for ALU ops and casts", std::string(op_name(u->op)), __FILE__, __LINE__);

@@ -62,10 +62,23 @@ struct CStyleLanguage {
   std::string bool_storage;
   std::string int64_suffix = "ll", uint64_suffix = "ull";  // 64-bit integer literals
   std::string float_suffix = "f"; // float32 literals
-  bool fmath_suffix = true;       // sqrtf/exp2f... for float32
-  // The math functions (float64 spelling; float32 adds "f" where fmath_suffix), by op.
-  std::vector<std::pair<Op, std::string>> math_fns = {{Op::SQRT, "sqrt"}, {Op::EXP2, "exp2"}, {Op::LOG2, "log2"},
-                                                      {Op::SIN, "sin"},   {Op::TRUNC, "trunc"}, {Op::POW, "pow"}};
+  bool fmath_suffix = true;       // sqrtf/exp2f... for float32: {fm} below
+  // How each ALU op is spelled: {0}, {1}, {2} are its operands' names; {f} is float_suffix for a float32
+  // result ("" otherwise), {fm} "f" for a float32 math function where fmath_suffix. float_alu overrides
+  // alu for float operands: MAX and MIN propagate NaN (uop/ops.h), a NaN on either side wins. Vector MAX,
+  // MIN and WHERE are selects the renderer builds; CAST is code (narrow floats, saturating float->int).
+  std::vector<std::pair<Op, std::string>> alu = {
+      {Op::NEG, "(-{0})"},         {Op::RECIP, "(1.0{f}/{0})"},     {Op::SQRT, "sqrt{fm}({0})"},
+      {Op::EXP2, "exp2{fm}({0})"}, {Op::LOG2, "log2{fm}({0})"},      {Op::SIN, "sin{fm}({0})"},
+      {Op::TRUNC, "trunc{fm}({0})"}, {Op::POW, "pow{fm}({0}, {1})"}, {Op::ADD, "({0}+{1})"},
+      {Op::SUB, "({0}-{1})"},      {Op::MUL, "({0}*{1})"},          {Op::FDIV, "({0}/{1})"},
+      {Op::IDIV, "({0}/{1})"},     {Op::MOD, "({0}%{1})"},          {Op::MAX, "(({0}>{1})?{0}:{1})"},
+      {Op::MIN, "(({0}<{1})?{0}:{1})"}, {Op::CMPLT, "({0}<{1})"},   {Op::CMPNE, "({0}!={1})"},
+      {Op::CMPEQ, "({0}=={1})"},   {Op::AND, "({0}&{1})"},          {Op::OR, "({0}|{1})"},
+      {Op::XOR, "({0}^{1})"},      {Op::SHL, "({0}<<{1})"},         {Op::SHR, "({0}>>{1})"},
+      {Op::WHERE, "({0}?{1}:{2})"}, {Op::MULACC, "(({0}*{1})+{2})"}};
+  std::vector<std::pair<Op, std::string>> float_alu = {{Op::MAX, "(({0}!={0}||{0}>{1})?{0}:{1})"},
+                                                       {Op::MIN, "(({0}!={0}||{0}<{1})?{0}:{1})"}};
   // Put at the start of a block holding a float accumulator update, to let the compiler reassociate
   // that one addition (and so vectorize the reduction); empty where there is no such thing.
   std::string reassociate;
