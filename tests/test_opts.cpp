@@ -274,23 +274,27 @@ TEST_CASE("a sum over an axis every moving load is contiguous in keeps one accum
 TEST_CASE("an elementwise kernel whose innermost output loop is too short for a vector takes one along a loop its loads walk contiguously", "[opts]") {
   // (64, 3, 3, 32) -> (64, 32, 3, 3), as a conv's weight gradient is put back in order: the output's
   // innermost loop has 3 elements; the source is contiguous along the 32 channels, which take the
-  // vector, its lanes stored 9 apart.
-  Tensor m = Tensor::rand({64, 3, 3, 32}).realize();
-  Schedule s = Tensor::schedule({m.permute({0, 3, 1, 2}).contiguous()});
-  REQUIRE(s.items.size() == 1);
-  for (const DeviceStatus& device : probe_devices()) {
-    if (!device.available || get_device(device.name).spec().vector_bytes == 0) continue;
-    CAPTURE(device.name);
-    std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device(device.name).spec());
-    INFO(to_string(opts));
-    REQUIRE(!opts.empty());
-    CHECK(opts[0] == (Opt{OptOp::UPCAST, 1, std::clamp<int64_t>(get_device(device.name).spec().vector_bytes / 4, 2, 16)}));
-    Lowering l = lower_with_opts(s.items[0].ast, get_device(device.name).spec(), opts);
-    REQUIRE(l.kernel.has_value());
-    bool vector_load = false;
-    for (const UOpPtr& u : l.kernel->linear) vector_load |= u->op == Op::LOAD && u->dtype.count > 1;
-    CHECK(vector_load);
-    expect_close(run_kernel(s.items[0], device.name, nullptr), run_kernel(s.items[0], "REF", nullptr));
+  // vector, its lanes stored 9 apart. (16, 14, 14, 32) -> (16, 32, 14, 14), a 1x1 stride-2 conv's
+  // output put back in NCHW order: the width gives only 2 lanes, so the channels take the vector too.
+  for (Shape nhwc : {Shape{64, 3, 3, 32}, Shape{16, 14, 14, 32}}) {
+    CAPTURE(shape_str(nhwc));
+    Tensor m = Tensor::rand(nhwc).realize();
+    Schedule s = Tensor::schedule({m.permute({0, 3, 1, 2}).contiguous()});
+    REQUIRE(s.items.size() == 1);
+    for (const DeviceStatus& device : probe_devices()) {
+      if (!device.available || get_device(device.name).spec().vector_bytes == 0) continue;
+      CAPTURE(device.name);
+      std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device(device.name).spec());
+      INFO(to_string(opts));
+      REQUIRE(!opts.empty());
+      CHECK(opts[0] == (Opt{OptOp::UPCAST, 1, std::clamp<int64_t>(get_device(device.name).spec().vector_bytes / 4, 2, 16)}));
+      Lowering l = lower_with_opts(s.items[0].ast, get_device(device.name).spec(), opts);
+      REQUIRE(l.kernel.has_value());
+      bool vector_load = false;
+      for (const UOpPtr& u : l.kernel->linear) vector_load |= u->op == Op::LOAD && u->dtype.count > 1;
+      CHECK(vector_load);
+      expect_close(run_kernel(s.items[0], device.name, nullptr), run_kernel(s.items[0], "REF", nullptr));
+    }
   }
 }
 
