@@ -675,6 +675,15 @@ TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its c
   INFO(to_string(opts));
   CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
   expect_close(run_kernel(mm.items[0], "CPU", nullptr), run_kernel(mm.items[0], "REF", nullptr));
+  // (28, 256) x (256, 512): 28 rows, a multiple of neither 8 nor 4 twice over, give tiles of 7 rows (a
+  // 14- or 28-wide image's rows in a conv).
+  Tensor a28 = Tensor::rand({28, 256}).realize();
+  Schedule mm28 = Tensor::schedule({a28.matmul(b)});
+  REQUIRE(mm28.items.size() == 1);
+  std::vector<Opt> opts28 = heuristic_opts(mm28.items[0].ast, spec);
+  INFO(to_string(opts28));
+  CHECK(std::count(opts28.begin(), opts28.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
+  expect_close(run_kernel(mm28.items[0], "CPU", nullptr), run_kernel(mm28.items[0], "REF", nullptr));
   // A 3x3 conv of a width-padded (N, K, H, W) view into 3 channels stored innermost (the layout the
   // phases of a stride-2 3-channel input gradient once had): the loads are masked along the width and
   // the stores scattered, so no axis takes a vector. Its scalar tile: 16 copies along the width (which
