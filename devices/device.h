@@ -16,9 +16,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +55,9 @@ struct DeviceSpec {
   // exp2 and log2 of float32 are lowered to ALU ops (lower/transcendental.h) instead of the language's
   // functions: for a compiler that calls a scalar library function per element, even in vector code.
   bool alu_transcendentals = false;
+  // A correctness oracle, slow by design (REF, the interpreter): `kiln devices --check` prints its
+  // rates without comparing them with the machine's, and probes it with a smaller problem.
+  bool oracle = false;
 };
 
 // A device allocation. `handle` is the device's own: a host pointer on CPU, a cl_mem on OpenCL, ...
@@ -150,5 +155,12 @@ std::vector<std::string> device_names();        // every registered device, in K
 std::vector<DeviceStatus> probe_devices();       // tries to open each one
 Device& get_device(std::string_view name);      // opens on first use; throws Error saying why not
 std::string default_device_name();              // KILN_DEVICE if set, else the first available
+// The first available device, in registry order, whose DeviceSpec satisfies `wanted`; nullopt when none.
+// Tools and tests pick devices by what they are (the oracle, CPU-style, in-process), never by name.
+std::optional<std::string> find_device(const std::function<bool(const DeviceSpec&)>& wanted);
+// Adds a device after the generated list, opened on first use like the others: for a device made
+// outside devices/ (tests/test_devices_check.cpp: a faulty wrapper that `kiln devices --check` must fail).
+// Throws Error when the name is taken or is not upper case. Call it before other threads use devices.
+void register_device(const std::string& name, std::function<std::unique_ptr<Device>()> make);
 
 }  // namespace kiln

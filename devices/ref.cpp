@@ -572,6 +572,7 @@ class RefDevice : public Device {
     spec_.vector_bytes = 64;
     spec_.has_fp16 = true;  // stored as 16 bits, computed in double and rounded once
     spec_.has_fp64 = true;
+    spec_.oracle = true;
   }
   ~RefDevice() override { release_cached(); }
 

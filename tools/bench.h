@@ -13,6 +13,8 @@
 
 namespace kiln {
 
+struct DeviceSpec;
+
 struct BenchOptions {
   bool quick = false;
   bool json = false;
@@ -33,5 +35,13 @@ void run_bench_sweep(const BenchOptions& options);
 // `kiln bench compile`: the first training step and two searches with empty caches, in-process LLVM beside
 // a clang process per kernel (tools/bench_compile.cpp).
 void run_bench_compile(const BenchOptions& options);
+
+// The devices the bench compares, chosen by what they are, never by name (tools/bench.cpp); each throws
+// Error saying what is missing. The first CPU-style device (not the oracle); the first CPU-style device
+// that compiles LLVM IR in process; the first CPU-style device that takes C (a C compiler process).
+bool cpu_style(const DeviceSpec& spec);  // no local dims (max_local == 0), and not the oracle
+std::string host_device();
+std::string in_process_device();
+std::string c_process_device();
 
 }  // namespace kiln
