@@ -177,7 +177,7 @@ bool path_loaded(const std::string& path) {
 }
 
 // Where to dlopen the bytes from: a memfd via /proc/self/fd, or (no memfd, no /proc) a temp file.
-std::string place_bytes(SharedObject& so, const Binary& binary) {
+std::string place_bytes(SharedObject& so, const Binary& binary, const std::string& device) {
   so.fd = memfd_create("kiln-kernel", MFD_CLOEXEC);
   if (so.fd >= 0 && write_all(so.fd, binary.data.data(), binary.data.size())) {
     std::string path = cat("/proc/self/fd/", so.fd);
@@ -185,11 +185,11 @@ std::string place_bytes(SharedObject& so, const Binary& binary) {
   }
   std::string pattern = (std::filesystem::temp_directory_path() / "kiln-XXXXXX.so").string();
   int fd = mkstemps(pattern.data(), 3);
-  if (fd < 0) throw Error(cat("CPU: loading kernel ", binary.name, ": cannot create ", pattern, ": ", std::strerror(errno)));
+  if (fd < 0) throw Error(cat(device, ": loading kernel ", binary.name, ": cannot create ", pattern, ": ", std::strerror(errno)));
   so.temp_path = pattern;
   bool written = write_all(fd, binary.data.data(), binary.data.size());
   close(fd);
-  if (!written) throw Error(cat("CPU: loading kernel ", binary.name, ": cannot write ", pattern, ": ", std::strerror(errno)));
+  if (!written) throw Error(cat(device, ": loading kernel ", binary.name, ": cannot write ", pattern, ": ", std::strerror(errno)));
   return pattern;
 }
 
@@ -267,7 +267,7 @@ Binary CCompiler::compile(const std::string& source, const std::string& name) {
 
 std::pair<HostKernelFn, std::shared_ptr<void>> CCompiler::load(const Binary& binary) {
   auto so = std::make_shared<SharedObject>();
-  std::string path = place_bytes(*so, binary);
+  std::string path = place_bytes(*so, binary, device_);
   so->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!so->handle)
     throw Error(cat(device_, ": loading kernel ", binary.name, ": dlopen failed: ", dlerror(),
