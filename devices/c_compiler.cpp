@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
@@ -96,24 +98,34 @@ Toolchain probe_gcc() {
   return {"gcc", first_line(version.output), arch, cat(first_line(version.output), '\n', target.output)};
 }
 
-// Probed once per process: each probe starts the compiler driver (tens of milliseconds).
-const Toolchain& toolchain() {
-  static const Toolchain found = [] {
-    std::string clang_problem, gcc_problem;
-    try {
-      return probe_clang();
-    } catch (const Error& e) {
-      clang_problem = e.what();
-    }
-    try {
-      return probe_gcc();
-    } catch (const Error& e) {
-      gcc_problem = e.what();
-    }
-    throw Error(cat("no working C compiler: ", clang_problem, "; ", gcc_problem,
-                    "; install clang (apt-get install clang) or gcc and put it on PATH"));
-  }();
-  return found;
+Toolchain probe_any() {
+  std::string clang_problem, gcc_problem;
+  try {
+    return probe_clang();
+  } catch (const Error& e) {
+    clang_problem = e.what();
+  }
+  try {
+    return probe_gcc();
+  } catch (const Error& e) {
+    gcc_problem = e.what();
+  }
+  throw Error(cat("no working C compiler: ", clang_problem, "; ", gcc_problem,
+                  "; install clang (apt-get install clang) or gcc and put it on PATH"));
+}
+
+// Probed once per process and program: each probe starts the compiler driver (tens of milliseconds).
+const Toolchain& toolchain(const std::string& program) {
+  static std::mutex mu;
+  static std::map<std::string, Toolchain> found;  // never erased: compilers keep references
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = found.find(program); it != found.end()) return it->second;
+  Toolchain tc;
+  if (program.empty()) tc = probe_any();
+  else if (program == "clang") tc = probe_clang();
+  else if (program == "gcc") tc = probe_gcc();
+  else throw Error(cat("make_c_compiler: unknown C compiler \"", program, "\"; use \"clang\", \"gcc\" or \"\" (clang, else gcc)"));
+  return found.emplace(program, std::move(tc)).first->second;
 }
 
 std::optional<std::vector<uint8_t>> read_file(const std::string& path) {
@@ -165,7 +177,7 @@ bool path_loaded(const std::string& path) {
 }
 
 // Where to dlopen the bytes from: a memfd via /proc/self/fd, or (no memfd, no /proc) a temp file.
-std::string place_bytes(SharedObject& so, const Binary& binary) {
+std::string place_bytes(SharedObject& so, const Binary& binary, const std::string& device) {
   so.fd = memfd_create("kiln-kernel", MFD_CLOEXEC);
   if (so.fd >= 0 && write_all(so.fd, binary.data.data(), binary.data.size())) {
     std::string path = cat("/proc/self/fd/", so.fd);
@@ -173,19 +185,19 @@ std::string place_bytes(SharedObject& so, const Binary& binary) {
   }
   std::string pattern = (std::filesystem::temp_directory_path() / "kiln-XXXXXX.so").string();
   int fd = mkstemps(pattern.data(), 3);
-  if (fd < 0) throw Error(cat("CPU: loading kernel ", binary.name, ": cannot create ", pattern, ": ", std::strerror(errno)));
+  if (fd < 0) throw Error(cat(device, ": loading kernel ", binary.name, ": cannot create ", pattern, ": ", std::strerror(errno)));
   so.temp_path = pattern;
   bool written = write_all(fd, binary.data.data(), binary.data.size());
   close(fd);
-  if (!written) throw Error(cat("CPU: loading kernel ", binary.name, ": cannot write ", pattern, ": ", std::strerror(errno)));
+  if (!written) throw Error(cat(device, ": loading kernel ", binary.name, ": cannot write ", pattern, ": ", std::strerror(errno)));
   return pattern;
 }
 
 
 class CCompiler : public HostCompiler {
  public:
-  CCompiler(const std::string& device, const Toolchain& tc)
-      : device_(device), tc_(tc), identity_(cat(tc.version, " ", join(kCompileFlags))) {}
+  CCompiler(const std::string& device, const Toolchain& tc, std::vector<std::string> flags)
+      : device_(device), tc_(tc), flags_(std::move(flags)), identity_(cat(tc.version, " ", join(flags_))) {}
 
   Language language() const override { return Language::C; }
   const std::string& arch() const override { return tc_.arch; }
@@ -196,6 +208,7 @@ class CCompiler : public HostCompiler {
  private:
   std::string device_;
   const Toolchain& tc_;
+  std::vector<std::string> flags_;  // kCompileFlags, then the device's own
   std::string identity_;
 };
 
@@ -203,7 +216,7 @@ class CCompiler : public HostCompiler {
 // of its own name and rename() publishes it whole, so concurrent processes never see half a file.
 Binary CCompiler::compile(const std::string& source, const std::string& name) {
   std::string dir = config().cache_dir + "/compile";
-  std::string key = hash_hex(hash_string(cat(source, '\0', tc_.fingerprint, '\0', join(kCompileFlags))));
+  std::string key = hash_hex(hash_string(cat(source, '\0', tc_.fingerprint, '\0', join(flags_))));
   std::string cached = cat(dir, "/", key, ".so");
   // An entry that is not ELF (a disk error, a foreign file) is a miss; the rename below replaces it.
   if (auto bytes = read_file(cached); bytes && is_elf(*bytes)) return Binary{name, std::move(*bytes)};
@@ -227,7 +240,7 @@ Binary CCompiler::compile(const std::string& source, const std::string& name) {
   }
 
   std::vector<std::string> argv = {tc_.program};
-  argv.insert(argv.end(), kCompileFlags.begin(), kCompileFlags.end());
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
   argv.insert(argv.end(), {"-x", "c", c_path, "-o", so_path, "-lm"});
   ProcessResult result;
   try {
@@ -254,7 +267,7 @@ Binary CCompiler::compile(const std::string& source, const std::string& name) {
 
 std::pair<HostKernelFn, std::shared_ptr<void>> CCompiler::load(const Binary& binary) {
   auto so = std::make_shared<SharedObject>();
-  std::string path = place_bytes(*so, binary);
+  std::string path = place_bytes(*so, binary, device_);
   so->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!so->handle)
     throw Error(cat(device_, ": loading kernel ", binary.name, ": dlopen failed: ", dlerror(),
@@ -272,8 +285,11 @@ std::pair<HostKernelFn, std::shared_ptr<void>> CCompiler::load(const Binary& bin
 
 }  // namespace
 
-std::unique_ptr<HostCompiler> make_c_compiler(const std::string& device_name) {
-  return std::make_unique<CCompiler>(device_name, toolchain());
+std::unique_ptr<HostCompiler> make_c_compiler(const std::string& device_name, const std::string& program,
+                                              const std::vector<std::string>& extra_flags) {
+  std::vector<std::string> flags = kCompileFlags;
+  flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
+  return std::make_unique<CCompiler>(device_name, toolchain(program), std::move(flags));
 }
 
 size_t cpu_compiler_invocations() { return compiler_runs.load(); }

@@ -242,29 +242,21 @@ class CudaProgram : public Program {
  public:
   CudaProgram(CUcontext context, CUmodule module, CUfunction function, std::string name, uint32_t num_params,
               const DeviceSpec& spec)
-      : context_(context), module_(module), function_(function), name_(std::move(name)), num_params_(num_params), spec_(spec) {}
+      : Program(spec, std::move(name)), context_(context), module_(module), function_(function), num_params_(num_params) {}
   ~CudaProgram() override {
     driver().CtxSetCurrent(context_);
     driver().ModuleUnload(module_);
   }
 
-  double launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims,
-                bool timed) override {
+
+ protected:
+  double run(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) override {
     if (num_params_ != UINT32_MAX) {
       if (vars.size() > num_params_ || bufs.size() + vars.size() < num_params_)
         throw Error(cat("CUDA: launch of kernel ", name_, " with ", bufs.size(), " buffers and ", vars.size(),
                         " vars; the kernel takes ", num_params_, " parameters (its buffers, then its vars)"));
       bufs = bufs.first(num_params_ - vars.size());
     }
-    for (int d = 0; d < 3; ++d)
-      if (dims.global[d] < 0 || dims.global[d] > spec_.max_global_dims[d] || dims.local[d] < 1 ||
-          dims.local[d] > spec_.max_local_dims[d] || dims.local[0] * dims.local[1] * dims.local[2] > spec_.max_local)
-        throw Error(cat("CUDA: launch of kernel ", name_, " with grid {", dims.global[0], ", ", dims.global[1], ", ",
-                        dims.global[2], "} and block {", dims.local[0], ", ", dims.local[1], ", ", dims.local[2],
-                        "}: outside this GPU's limits (grid at most {", spec_.max_global_dims[0], ", ", spec_.max_global_dims[1],
-                        ", ", spec_.max_global_dims[2], "}, block at most {", spec_.max_local_dims[0], ", ",
-                        spec_.max_local_dims[1], ", ", spec_.max_local_dims[2], "} and ", spec_.max_local, " threads)"));
-    if (dims.global[0] == 0 || dims.global[1] == 0 || dims.global[2] == 0) return 0.0;
     std::vector<CUdeviceptr> pointers(bufs.size());
     std::vector<int64_t> values(vars.begin(), vars.end());
     std::vector<void*> params;
@@ -303,9 +295,7 @@ class CudaProgram : public Program {
   CUcontext context_;
   CUmodule module_;
   CUfunction function_;
-  std::string name_;
   uint32_t num_params_;
-  const DeviceSpec& spec_;
 };
 
 class CudaDevice : public Device {
@@ -357,26 +347,11 @@ class CudaDevice : public Device {
     spec_.max_buffer_bytes = int64_t(total);
     spec_.has_fp16 = major * 10 + minor >= 53;
     spec_.has_fp64 = true;
-    spec_.vector_bytes = 0;  // cuda_language() renders no vector types: upcasts become register tiles
   }
   ~CudaDevice() override { release_cached(); }
 
   const DeviceSpec& spec() const override { return spec_; }
 
-  void copy_in(RawBuffer dst, const void* src, size_t bytes) override {
-    check_copy("copy_in", dst, bytes);
-    if (bytes == 0) return;
-    check(driver().CtxSetCurrent(context_), "cuCtxSetCurrent");
-    check(driver().MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst.handle), src, bytes), cat("copy_in of ", bytes, " bytes"));
-  }
-  void copy_out(void* dst, RawBuffer src, size_t bytes) override {
-    check_copy("copy_out", src, bytes);
-    if (bytes == 0) return;
-    check(driver().CtxSetCurrent(context_), "cuCtxSetCurrent");
-    // Synchronous on the null stream: every kernel queued before it has finished.
-    check(driver().MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src.handle), bytes),
-          cat("copy_out of ", bytes, " bytes (or a kernel queued before it)"));
-  }
   void synchronize() override {
     check(driver().CtxSetCurrent(context_), "cuCtxSetCurrent");
     check(driver().CtxSynchronize(), "cuCtxSynchronize (a queued kernel)");
@@ -431,12 +406,15 @@ class CudaDevice : public Device {
     driver().CtxSetCurrent(context_);
     driver().MemFree(reinterpret_cast<CUdeviceptr>(buffer.handle));  // waits for kernels that use it
   }
-
- private:
-  void check_copy(const char* what, RawBuffer buffer, size_t bytes) const {
-    if (bytes > buffer.bytes)
-      throw Error(cat("CUDA: ", what, " of ", bytes, " bytes with a buffer of ", buffer.bytes,
-                      " bytes; copy at most the buffer's size"));
+  void copy_in_raw(RawBuffer dst, const void* src, size_t bytes) override {
+    check(driver().CtxSetCurrent(context_), "cuCtxSetCurrent");
+    check(driver().MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst.handle), src, bytes), cat("copy_in of ", bytes, " bytes"));
+  }
+  void copy_out_raw(void* dst, RawBuffer src, size_t bytes) override {
+    check(driver().CtxSetCurrent(context_), "cuCtxSetCurrent");
+    // Synchronous on the null stream: every kernel queued before it has finished.
+    check(driver().MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src.handle), bytes),
+          cat("copy_out of ", bytes, " bytes (or a kernel queued before it)"));
   }
 
   CUdevice device_ = 0;
@@ -517,7 +495,6 @@ DeviceSpec cuda_compile_only_spec(std::string arch) {
   spec.max_buffer_bytes = INT64_MAX;
   spec.has_fp16 = true;
   spec.has_fp64 = true;
-  spec.vector_bytes = 0;
   return spec;
 }
 

@@ -1,5 +1,6 @@
 #include "devices/device.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 
@@ -92,6 +93,49 @@ void Device::release_cached() {
     cached_bytes_ = 0;
   }
   for (auto& [bytes, buffer] : released) free_raw(buffer);
+}
+
+namespace {
+
+void check_copy(const DeviceSpec& spec, const char* what, RawBuffer buffer, size_t bytes) {
+  if (bytes > buffer.bytes)
+    throw Error(cat(spec.name, ": ", what, " of ", bytes, " bytes with a buffer of ", buffer.bytes,
+                    " bytes; copy at most the buffer's size"));
+}
+
+std::string dims_text(const std::array<int64_t, 3>& d) { return cat("{", d[0], ", ", d[1], ", ", d[2], "}"); }
+
+}  // namespace
+
+void Device::copy_in(RawBuffer dst, const void* src, size_t bytes) {
+  check_copy(spec(), "copy_in", dst, bytes);
+  if (bytes > 0) copy_in_raw(dst, src, bytes);
+}
+
+void Device::copy_out(void* dst, RawBuffer src, size_t bytes) {
+  check_copy(spec(), "copy_out", src, bytes);
+  if (bytes > 0) copy_out_raw(dst, src, bytes);
+}
+
+// A device without local dims (max_local == 0: CPU-style) takes local {1, 1, 1} only.
+double Program::launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) {
+  const auto& [global, local] = dims;
+  int64_t workgroup = 1;
+  bool fits = true;
+  for (int d = 0; d < 3; ++d) {
+    fits = fits && global[d] >= 0 && global[d] <= spec_.max_global_dims[d] && local[d] >= 1 &&
+           local[d] <= std::max<int64_t>(1, spec_.max_local_dims[d]);
+    workgroup *= std::max<int64_t>(1, local[d]);
+  }
+  if (!fits || workgroup > std::max<int64_t>(1, spec_.max_local))
+    throw Error(cat(spec_.name, ": launch of kernel ", name_, " with global ", dims_text(global), " and local ",
+                    dims_text(local), ": outside the device's limits (global at most ", dims_text(spec_.max_global_dims),
+                    spec_.max_local > 0 ? cat(", local at most ", dims_text(spec_.max_local_dims), " and ", spec_.max_local,
+                                              " work-items in all")
+                                        : std::string(", local {1, 1, 1} only"),
+                    "); launch with the LaunchDims lower_kernel gives for this device's DeviceSpec"));
+  if (global[0] == 0 || global[1] == 0 || global[2] == 0) return 0.0;  // nothing to run
+  return run(bufs, vars, dims, timed);
 }
 
 size_t Device::cached_bytes() const {

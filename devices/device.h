@@ -16,12 +16,15 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "uop/error.h"
@@ -45,12 +48,16 @@ struct DeviceSpec {
   int64_t shared_bytes = 0;     // local/shared memory per workgroup
   int64_t max_buffer_bytes = INT64_MAX;  // largest single allocation (or binding)
   bool has_fp16 = false, has_fp64 = true;
-  // Bytes of one vector register the upcast heuristics aim at (64: AVX-512); 0: the language has no
-  // vector types kiln renders, so upcasts become scalar copies (a register tile) instead of vectors.
-  int64_t vector_bytes = 64;
+  // Bytes of one vector register the upcast heuristics aim at (CPU devices: from the CPU's features, 64
+  // with AVX-512); 0: the language has no vector types kiln renders, so upcasts become scalar copies (a
+  // register tile) instead of vectors.
+  int64_t vector_bytes = 0;
   // exp2 and log2 of float32 are lowered to ALU ops (lower/transcendental.h) instead of the language's
   // functions: for a compiler that calls a scalar library function per element, even in vector code.
   bool alu_transcendentals = false;
+  // A correctness oracle, slow by design (REF, the interpreter): `kiln devices --check` prints its
+  // rates without comparing them with the machine's, and probes it with a smaller problem.
+  bool oracle = false;
 };
 
 // A device allocation. `handle` is the device's own: a host pointer on CPU, a cl_mem on OpenCL, ...
@@ -85,9 +92,19 @@ class Program {
   virtual ~Program() = default;
   // Runs the kernel. vars are the values of the kernel's DEFINE_VARs, in order. With timed, waits for
   // completion and returns the kernel's run time in seconds; otherwise it may return before the
-  // kernel finishes (0.0) and synchronize() or copy_out() waits.
-  virtual double launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims,
-                        bool timed) = 0;
+  // kernel finishes (0.0) and synchronize() or copy_out() waits. Dims outside the device's DeviceSpec
+  // (max_global_dims, max_local_dims, max_local) throw Error naming the kernel, the dims and the limits;
+  // a launch with no work (a global dim of 0) runs nothing and returns 0.0.
+  double launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed);
+
+ protected:
+  // `spec` is the device's: devices outlive their programs (the registry keeps them until exit).
+  Program(const DeviceSpec& spec, std::string name) : spec_(spec), name_(std::move(name)) {}
+  // launch() after its checks: dims fit the spec and hold some work.
+  virtual double run(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims,
+                     bool timed) = 0;
+  const DeviceSpec& spec_;
+  const std::string name_;  // the kernel's
 };
 
 class Device {
@@ -105,8 +122,10 @@ class Device {
   void release_cached();  // gives every cached buffer back to the device
   size_t cached_bytes() const;
 
-  virtual void copy_in(RawBuffer dst, const void* src, size_t bytes) = 0;
-  virtual void copy_out(void* dst, RawBuffer src, size_t bytes) = 0;
+  // Copies between host memory and a buffer. More bytes than the buffer holds throw Error naming the
+  // device, the copy and both sizes; copy_out waits for launches queued before it.
+  void copy_in(RawBuffer dst, const void* src, size_t bytes);
+  void copy_out(void* dst, RawBuffer src, size_t bytes);
   virtual Binary compile(const std::string& source, const std::string& name) = 0;
   virtual std::unique_ptr<Program> load(const Binary& binary) = 0;
   virtual void synchronize() = 0;
@@ -114,6 +133,9 @@ class Device {
  protected:
   virtual RawBuffer alloc_raw(size_t bytes) = 0;  // throws OutOfMemory
   virtual void free_raw(RawBuffer buffer) = 0;
+  // copy_in/copy_out after their checks: bytes <= the buffer's size, and more than 0.
+  virtual void copy_in_raw(RawBuffer dst, const void* src, size_t bytes) = 0;
+  virtual void copy_out_raw(void* dst, RawBuffer src, size_t bytes) = 0;
 
  private:
   mutable std::mutex cache_mu_;
@@ -133,5 +155,12 @@ std::vector<std::string> device_names();        // every registered device, in K
 std::vector<DeviceStatus> probe_devices();       // tries to open each one
 Device& get_device(std::string_view name);      // opens on first use; throws Error saying why not
 std::string default_device_name();              // KILN_DEVICE if set, else the first available
+// The first available device, in registry order, whose DeviceSpec satisfies `wanted`; nullopt when none.
+// Tools and tests pick devices by what they are (the oracle, CPU-style, in-process), never by name.
+std::optional<std::string> find_device(const std::function<bool(const DeviceSpec&)>& wanted);
+// Adds a device after the generated list, opened on first use like the others: for a device made
+// outside devices/ (tests/test_devices_check.cpp: a faulty wrapper that `kiln devices --check` must fail).
+// Throws Error when the name is taken or is not upper case. Call it before other threads use devices.
+void register_device(const std::string& name, std::function<std::unique_ptr<Device>()> make);
 
 }  // namespace kiln

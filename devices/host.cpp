@@ -152,16 +152,11 @@ LaunchTeam& launch_team() {
 
 class HostProgram : public Program {
  public:
-  HostProgram(HostKernelFn fn, std::shared_ptr<void> code, std::string device, std::string name, int threads)
-      : fn_(fn), code_(std::move(code)), device_(std::move(device)), name_(std::move(name)), threads_(threads) {}
+  HostProgram(const DeviceSpec& spec, HostKernelFn fn, std::shared_ptr<void> code, std::string name)
+      : Program(spec, std::move(name)), fn_(fn), code_(std::move(code)) {}
 
-  double launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims,
-                bool timed) override {
-    const auto& [global, local] = dims;
-    if (global[0] < 0 || global[1] != 1 || global[2] != 1 || local != std::array<int64_t, 3>{1, 1, 1})
-      throw Error(cat(device_, ": launch of kernel ", name_, " with global {", global[0], ", ", global[1], ", ", global[2],
-                      "} and local {", local[0], ", ", local[1], ", ", local[2], "}: the ", device_,
-                      " device runs global {n, 1, 1} with local {1, 1, 1} only (its DeviceSpec says so)"));
+ protected:
+  double run(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) override {
     std::vector<void*> pointers(bufs.size());
     for (size_t i = 0; i < bufs.size(); ++i) pointers[i] = bufs[i].handle;
     const int64_t* var_values = vars.empty() ? nullptr : vars.data();
@@ -169,11 +164,11 @@ class HostProgram : public Program {
     // One contiguous chunk per thread: a gid may be a whole row or a thread's share of an axis, so
     // finer chunks would cut into the lowering's choice; global[0] == 1 stays on this thread, and so
     // does a launch made while another one holds the team (several threads launching at once).
-    int64_t n = global[0];
+    int64_t n = dims.global[0];
     auto body = [&](int64_t lo, int64_t hi) { fn_(pointers.data(), var_values, lo, hi); };
-    if (n > 1 && threads_ > 1) {
-      if (!launch_team().run(n, std::min<int64_t>(n, threads_), body)) body(0, n);
-    } else if (n > 0) {
+    if (n > 1 && spec_.threads > 1) {
+      if (!launch_team().run(n, std::min<int64_t>(n, spec_.threads), body)) body(0, n);
+    } else {
       body(0, n);
     }
     if (!timed) return 0.0;
@@ -183,8 +178,6 @@ class HostProgram : public Program {
  private:
   HostKernelFn fn_;
   std::shared_ptr<void> code_;  // keeps the entry point's code loaded
-  std::string device_, name_;
-  int threads_;
 };
 
 // The vector register of this machine, which kernels compiled for it use: the upcast heuristics size
@@ -219,32 +212,21 @@ class HostDevice : public Device {
 
   const DeviceSpec& spec() const override { return spec_; }
 
-  void copy_in(RawBuffer dst, const void* src, size_t bytes) override {
-    check_copy("copy_in", dst, bytes);
-    if (bytes > 0) std::memcpy(dst.handle, src, bytes);  // an empty vector's data() may be null
-  }
-  void copy_out(void* dst, RawBuffer src, size_t bytes) override {
-    check_copy("copy_out", src, bytes);
-    if (bytes > 0) std::memcpy(dst, src.handle, bytes);
-  }
   void synchronize() override {}  // launch() returns when the kernel is done
 
   Binary compile(const std::string& source, const std::string& name) override { return compiler_->compile(source, name); }
   std::unique_ptr<Program> load(const Binary& binary) override {
     auto [fn, code] = compiler_->load(binary);
-    return std::make_unique<HostProgram>(fn, std::move(code), spec_.name, binary.name, spec_.threads);
+    return std::make_unique<HostProgram>(spec_, fn, std::move(code), binary.name);
   }
 
  protected:
   RawBuffer alloc_raw(size_t bytes) override;
   void free_raw(RawBuffer buffer) override;
+  void copy_in_raw(RawBuffer dst, const void* src, size_t bytes) override { std::memcpy(dst.handle, src, bytes); }
+  void copy_out_raw(void* dst, RawBuffer src, size_t bytes) override { std::memcpy(dst, src.handle, bytes); }
 
  private:
-  void check_copy(const char* what, RawBuffer buffer, size_t bytes) const {
-    if (bytes > buffer.bytes)
-      throw Error(cat(spec_.name, ": ", what, " of ", bytes, " bytes with a buffer of ", buffer.bytes,
-                      " bytes; copy at most the buffer's size"));
-  }
 
   std::unique_ptr<HostCompiler> compiler_;
   DeviceSpec spec_;

@@ -28,6 +28,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "devices/device.h"
 
@@ -54,9 +55,12 @@ class HostCompiler {
 std::unique_ptr<Device> make_host_device(const std::string& name, std::unique_ptr<HostCompiler> compiler,
                                          const std::string& note = "");
 
-// clang (or gcc) as a process per kernel, the shared object loaded with dlopen (devices/c_compiler.cpp).
-// Throws Error saying why when no C compiler works.
-std::unique_ptr<HostCompiler> make_c_compiler(const std::string& device_name);
+// A C compiler as a process per kernel, the shared object loaded with dlopen (devices/c_compiler.cpp).
+// `program` "" takes clang, else gcc; "clang" or "gcc" takes that one only. `extra_flags` go after kiln's
+// (-O2 -march=native -fPIC ...; e.g. {"-O3"}) and into the identity and the compile cache key.
+// Throws Error saying why when the compiler does not work.
+std::unique_ptr<HostCompiler> make_c_compiler(const std::string& device_name, const std::string& program = "",
+                                              const std::vector<std::string>& extra_flags = {});
 
 // libLLVM (dlopen'ed) in the process: LLVM IR -> O2 -> an object file, linked by ORC's LLJIT
 // (devices/llvm_compiler.cpp). Throws Error saying why when libLLVM cannot be loaded or used.

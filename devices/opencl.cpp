@@ -228,14 +228,14 @@ class OpenCLProgram : public Program {
  public:
   OpenCLProgram(cl_command_queue queue, cl_program program, cl_kernel kernel, std::string name, cl_uint num_args,
                 const DeviceSpec& spec)
-      : queue_(queue), program_(program), kernel_(kernel), name_(std::move(name)), num_args_(num_args), spec_(spec) {}
+      : Program(spec, std::move(name)), queue_(queue), program_(program), kernel_(kernel), num_args_(num_args) {}
   ~OpenCLProgram() override {
     api().ReleaseKernel(kernel_);
     api().ReleaseProgram(program_);
   }
 
-  double launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims,
-                bool timed) override {
+ protected:
+  double run(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) override {
     // A kernel declares the buffers up to the last one it uses: trailing ones it does not use are not
     // its parameters, and are not passed.
     if (vars.size() > num_args_ || bufs.size() + vars.size() < num_args_)
@@ -244,19 +244,9 @@ class OpenCLProgram : public Program {
     bufs = bufs.first(num_args_ - vars.size());
     std::array<size_t, 3> global{}, local{};
     for (int d = 0; d < 3; ++d) {
-      if (dims.global[d] < 0 || dims.local[d] < 1 || dims.local[d] > spec_.max_local_dims[d] ||
-          dims.global[d] > spec_.max_global_dims[d])
-        throw Error(cat("OPENCL: launch of kernel ", name_, " with global {", dims.global[0], ", ", dims.global[1], ", ",
-                        dims.global[2], "} and local {", dims.local[0], ", ", dims.local[1], ", ", dims.local[2],
-                        "}: outside this device's limits (local dims at most {", spec_.max_local_dims[0], ", ",
-                        spec_.max_local_dims[1], ", ", spec_.max_local_dims[2], "}, ", spec_.max_local, " work-items)"));
       global[d] = size_t(dims.global[d]) * size_t(dims.local[d]);
       local[d] = size_t(dims.local[d]);
     }
-    if (dims.local[0] * dims.local[1] * dims.local[2] > spec_.max_local)
-      throw Error(cat("OPENCL: launch of kernel ", name_, " with a workgroup of ", dims.local[0] * dims.local[1] * dims.local[2],
-                      " work-items; this device's largest is ", spec_.max_local));
-    if (global[0] == 0 || global[1] == 0 || global[2] == 0) return 0.0;  // nothing to run
     cl_event event = nullptr;
     {
       // Arguments live in the kernel object: setting them and enqueueing is one step.
@@ -292,9 +282,7 @@ class OpenCLProgram : public Program {
   cl_command_queue queue_;
   cl_program program_;
   cl_kernel kernel_;
-  std::string name_;
   cl_uint num_args_;
-  const DeviceSpec& spec_;
   std::mutex mu_;
 };
 
@@ -359,26 +347,12 @@ class OpenCLDevice : public Device {
     spec_.has_fp16 = extensions.find("cl_khr_fp16") != std::string::npos;
     spec_.has_fp64 = extensions.find("cl_khr_fp64") != std::string::npos ||
                      device_value<cl_ulong>(device_, CL_DEVICE_DOUBLE_FP_CONFIG) != 0;
-    spec_.vector_bytes = 0;  // opencl_language() renders no vector types: upcasts become register tiles
     fingerprint_ = cat("kiln-opencl-1\n", spec_.compiler, "\n", name, "\n", c_version);
   }
   ~OpenCLDevice() override { release_cached(); }
 
   const DeviceSpec& spec() const override { return spec_; }
 
-  void copy_in(RawBuffer dst, const void* src, size_t bytes) override {
-    check_copy("copy_in", dst, bytes);
-    if (bytes == 0) return;
-    check(api().EnqueueWriteBuffer(queue_, static_cast<cl_mem>(dst.handle), CL_TRUE, 0, bytes, src, 0, nullptr, nullptr),
-          cat("copy_in of ", bytes, " bytes"));
-  }
-  void copy_out(void* dst, RawBuffer src, size_t bytes) override {
-    check_copy("copy_out", src, bytes);
-    if (bytes == 0) return;
-    // Blocking, on the in-order queue: every launch queued before it has finished.
-    check(api().EnqueueReadBuffer(queue_, static_cast<cl_mem>(src.handle), CL_TRUE, 0, bytes, dst, 0, nullptr, nullptr),
-          cat("copy_out of ", bytes, " bytes (or a kernel queued before it)"));
-  }
   void synchronize() override { check(api().Finish(queue_), "clFinish (a queued kernel)"); }
 
   Binary compile(const std::string& source, const std::string& name) override {
@@ -452,13 +426,17 @@ class OpenCLDevice : public Device {
     return RawBuffer{mem, bytes};
   }
   void free_raw(RawBuffer buffer) override { api().ReleaseMemObject(static_cast<cl_mem>(buffer.handle)); }
+  void copy_in_raw(RawBuffer dst, const void* src, size_t bytes) override {
+    check(api().EnqueueWriteBuffer(queue_, static_cast<cl_mem>(dst.handle), CL_TRUE, 0, bytes, src, 0, nullptr, nullptr),
+          cat("copy_in of ", bytes, " bytes"));
+  }
+  void copy_out_raw(void* dst, RawBuffer src, size_t bytes) override {
+    // Blocking, on the in-order queue: every launch queued before it has finished.
+    check(api().EnqueueReadBuffer(queue_, static_cast<cl_mem>(src.handle), CL_TRUE, 0, bytes, dst, 0, nullptr, nullptr),
+          cat("copy_out of ", bytes, " bytes (or a kernel queued before it)"));
+  }
 
  private:
-  void check_copy(const char* what, RawBuffer buffer, size_t bytes) const {
-    if (bytes > buffer.bytes)
-      throw Error(cat("OPENCL: ", what, " of ", bytes, " bytes with a buffer of ", buffer.bytes,
-                      " bytes; copy at most the buffer's size"));
-  }
 
   cl_platform_id platform_ = nullptr;
   cl_device_id device_ = nullptr;

@@ -1,6 +1,8 @@
 // The device registry: the list generated from KILN_DEVICES in devices/CMakeLists.txt, each device
 // opened at most once per process.
+#include <algorithm>
 #include <cctype>
+#include <deque>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -18,16 +20,9 @@ namespace kiln {
 namespace {
 
 struct Entry {
-  const char* name;
-  std::unique_ptr<Device> (*make)();
+  std::string name;
+  std::function<std::unique_ptr<Device>()> make;
 };
-
-const Entry kEntries[] = {
-#define KILN_DEVICE(NAME, FACTORY) {#NAME, FACTORY},
-#include "device_list.inc"
-#undef KILN_DEVICE
-};
-constexpr size_t kCount = std::size(kEntries);
 
 // What opening a device gave: the device, or why not. A failure is kept too, so a missing driver is
 // probed once, not on every call.
@@ -37,16 +32,26 @@ struct Slot {
   std::string reason;
 };
 
-// Never destroyed: programs and buffers held by other statics may outlive any destruction order, and
-// a driver library may already be torn down at exit.
-Slot* slots() {
-  static Slot* all = new Slot[kCount];
-  return all;
+// The generated list, then the devices register_device added. Never destroyed: programs and buffers
+// held by other statics may outlive any destruction order, and a driver library may already be torn
+// down at exit. Deques: adding an entry moves no Slot (a once_flag cannot move).
+std::deque<Entry>& entries() {
+  static auto* all = new std::deque<Entry>{
+#define KILN_DEVICE(NAME, FACTORY) {#NAME, FACTORY},
+#include "device_list.inc"
+#undef KILN_DEVICE
+  };
+  return *all;
+}
+
+std::deque<Slot>& slots() {
+  static auto* all = new std::deque<Slot>(entries().size());
+  return *all;
 }
 
 std::string registered_list() {
   std::string out;
-  for (const Entry& entry : kEntries) out += cat(out.empty() ? "" : ", ", entry.name);
+  for (const Entry& entry : entries()) out += cat(out.empty() ? "" : ", ", entry.name);
   return out;
 }
 
@@ -54,8 +59,8 @@ std::string registered_list() {
 size_t index_of(std::string_view name) {
   std::string upper(name);
   for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
-  for (size_t i = 0; i < kCount; ++i)
-    if (upper == kEntries[i].name) return i;
+  for (size_t i = 0; i < entries().size(); ++i)
+    if (upper == entries()[i].name) return i;
   throw Error(cat("unknown device \"", name, "\"; the registered devices are ", registered_list(),
                   " (choose one with KILN_DEVICE or --device)"));
 }
@@ -64,7 +69,7 @@ Slot& open(size_t i) {
   Slot& slot = slots()[i];
   std::call_once(slot.opened, [&] {
     try {
-      slot.device = kEntries[i].make();
+      slot.device = entries()[i].make();
     } catch (const std::exception& e) {  // the reason is reported by every later get_device
       slot.reason = e.what();
     }
@@ -73,7 +78,7 @@ Slot& open(size_t i) {
       const DeviceSpec& spec = slot.device->spec();
       std::cerr << "kiln: opened device " << spec.name << " (" << spec.arch << "; " << spec.compiler << ")\n";
     } else {
-      std::cerr << "kiln: device " << kEntries[i].name << " is not available: " << slot.reason << "\n";
+      std::cerr << "kiln: device " << entries()[i].name << " is not available: " << slot.reason << "\n";
     }
   });
   return slot;
@@ -83,15 +88,15 @@ Slot& open(size_t i) {
 
 std::vector<std::string> device_names() {
   std::vector<std::string> names;
-  for (const Entry& entry : kEntries) names.push_back(entry.name);
+  for (const Entry& entry : entries()) names.push_back(entry.name);
   return names;
 }
 
 std::vector<DeviceStatus> probe_devices() {
   std::vector<DeviceStatus> statuses;
-  for (size_t i = 0; i < kCount; ++i) {
+  for (size_t i = 0; i < entries().size(); ++i) {
     Slot& slot = open(i);
-    statuses.push_back({kEntries[i].name, slot.device != nullptr, slot.reason});
+    statuses.push_back({entries()[i].name, slot.device != nullptr, slot.reason});
   }
   return statuses;
 }
@@ -99,21 +104,42 @@ std::vector<DeviceStatus> probe_devices() {
 Device& get_device(std::string_view name) {
   size_t i = index_of(name);
   Slot& slot = open(i);
-  if (!slot.device) throw Error(cat("device ", kEntries[i].name, " is not available: ", slot.reason));
+  if (!slot.device) throw Error(cat("device ", entries()[i].name, " is not available: ", slot.reason));
   return *slot.device;
 }
 
 std::string default_device_name() {
-  if (!config().device.empty()) return kEntries[index_of(config().device)].name;
+  if (!config().device.empty()) return entries()[index_of(config().device)].name;
   // The first that opens, in the list's order: the ones after it are not opened at all (a CPU run
   // does not start PoCL or lavapipe).
   std::string reasons;
-  for (size_t i = 0; i < kCount; ++i) {
+  for (size_t i = 0; i < entries().size(); ++i) {
     Slot& slot = open(i);
-    if (slot.device) return kEntries[i].name;
-    reasons += cat("\n  ", kEntries[i].name, ": ", slot.reason);
+    if (slot.device) return entries()[i].name;
+    reasons += cat("\n  ", entries()[i].name, ": ", slot.reason);
   }
   throw Error(cat("no device is available; why each one is not:", reasons));
+}
+
+std::optional<std::string> find_device(const std::function<bool(const DeviceSpec&)>& wanted) {
+  for (size_t i = 0; i < entries().size(); ++i) {
+    Slot& slot = open(i);
+    if (slot.device && wanted(slot.device->spec())) return entries()[i].name;
+  }
+  return std::nullopt;
+}
+
+void register_device(const std::string& name, std::function<std::unique_ptr<Device>()> make) {
+  bool upper = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+  if (!upper) throw Error(cat("register_device(\"", name, "\"): a device name is upper-case letters, digits and _; e.g. \"MYDEV\""));
+  for (const Entry& entry : entries())
+    if (entry.name == name)
+      throw Error(cat("register_device(\"", name, "\"): a device of that name is registered already (", registered_list(),
+                      "); choose another name"));
+  slots().emplace_back();  // first: the entry must never be without its slot
+  entries().push_back({name, std::move(make)});
 }
 
 }  // namespace kiln

@@ -232,7 +232,9 @@ class VulkanProgram : public Program {
  public:
   VulkanProgram(VulkanDevice& device, ModuleInfo info);
   ~VulkanProgram() override;
-  double launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) override;
+
+ protected:
+  double run(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) override;
 
  private:
   VulkanDevice& device_;
@@ -260,17 +262,6 @@ class VulkanDevice : public Device {
   VkDevice device() const { return device_; }
   uint32_t max_bindings() const { return max_bindings_; }
   uint32_t max_push_bytes() const { return max_push_bytes_; }
-
-  void copy_in(RawBuffer dst, const void* src, size_t bytes) override {
-    check_copy("copy_in", dst, bytes);
-    synchronize();  // a queued kernel may still read or write dst
-    if (bytes > 0) std::memcpy(static_cast<VulkanBuffer*>(dst.handle)->mapped, src, bytes);
-  }
-  void copy_out(void* dst, RawBuffer src, size_t bytes) override {
-    check_copy("copy_out", src, bytes);
-    synchronize();
-    if (bytes > 0) std::memcpy(dst, static_cast<VulkanBuffer*>(src.handle)->mapped, bytes);
-  }
 
   void synchronize() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -430,15 +421,18 @@ class VulkanDevice : public Device {
     vk_.vkDestroyBuffer(device_, buffer->buffer, nullptr);
     vk_.vkFreeMemory(device_, buffer->memory, nullptr);
   }
+  void copy_in_raw(RawBuffer dst, const void* src, size_t bytes) override {
+    synchronize();  // a queued kernel may still read or write dst
+    std::memcpy(static_cast<VulkanBuffer*>(dst.handle)->mapped, src, bytes);
+  }
+  void copy_out_raw(void* dst, RawBuffer src, size_t bytes) override {
+    synchronize();
+    std::memcpy(dst, static_cast<VulkanBuffer*>(src.handle)->mapped, bytes);
+  }
 
  private:
   static constexpr size_t kMaxInFlight = 64;
   static constexpr uint32_t kSetsPerPool = 256;
-
-  void check_copy(const char* what, RawBuffer buffer, size_t bytes) const {
-    if (bytes > buffer.bytes)
-      throw Error(cat("VULKAN: ", what, " of ", bytes, " bytes with a buffer of ", buffer.bytes, " bytes; copy at most the buffer's size"));
-  }
 
   void open_library() {
     library_ = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -600,7 +594,6 @@ class VulkanDevice : public Device {
     // float16 is stored as 16 bits and converted with integer arithmetic: no Float16 capability needed.
     spec_.has_fp16 = f11.storageBuffer16BitAccess && f.features.shaderInt16;
     spec_.has_fp64 = f.features.shaderFloat64 && f.features.shaderInt64;
-    spec_.vector_bytes = 0;  // the renderer has no vector types: upcasts become register tiles
     max_bindings_ = std::min(l.maxPerStageDescriptorStorageBuffers, l.maxDescriptorSetStorageBuffers);
     max_push_bytes_ = l.maxPushConstantsSize;
     // llvmpipe guards against endless loops by ending a shader invocation's loops after 65535 back edges
@@ -747,7 +740,8 @@ class VulkanDevice : public Device {
   std::vector<VkDescriptorPool> descriptor_pools_;
 };
 
-VulkanProgram::VulkanProgram(VulkanDevice& device, ModuleInfo info) : device_(device), info_(std::move(info)) {
+VulkanProgram::VulkanProgram(VulkanDevice& device, ModuleInfo info)
+    : Program(device.spec(), info.entry), device_(device), info_(std::move(info)) {
   const VulkanApi& vk = device_.api();
   const std::string& name = info_.entry;
   if (info_.bindings > device_.max_bindings())
@@ -794,7 +788,7 @@ VulkanProgram::~VulkanProgram() {
   vk.vkDestroyShaderModule(device_.device(), module_, nullptr);
 }
 
-double VulkanProgram::launch(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) {
+double VulkanProgram::run(std::span<const RawBuffer> bufs, std::span<const int64_t> vars, const LaunchDims& dims, bool timed) {
   const std::string& name = info_.entry;
   if (bufs.size() < info_.bindings)
     throw Error(cat("VULKAN: launch of kernel ", name, " with ", bufs.size(), " buffers; the kernel uses ", info_.bindings));
@@ -802,16 +796,10 @@ double VulkanProgram::launch(std::span<const RawBuffer> bufs, std::span<const in
     if (bufs[i].handle == nullptr) throw Error(cat("VULKAN: launch of kernel ", name, ": buffer ", i, " is not allocated"));
   if (vars.size() != info_.push_members)
     throw Error(cat("VULKAN: launch of kernel ", name, " with ", vars.size(), " variable values; the kernel has ", info_.push_members));
-  const DeviceSpec& spec = device_.spec();
-  for (int d = 0; d < 3; ++d) {
+  for (int d = 0; d < 3; ++d)
     if (dims.local[d] != static_cast<int64_t>(info_.local[d]))
       throw Error(cat("VULKAN: launch of kernel ", name, " with local[", d, "] = ", dims.local[d], "; the module was rendered for a "
                       "workgroup size of ", info_.local[0], "x", info_.local[1], "x", info_.local[2], " (its lidx SPECIALs)"));
-    if (dims.global[d] < 0 || dims.global[d] > spec.max_global_dims[d])
-      throw Error(cat("VULKAN: launch of kernel ", name, " with global[", d, "] = ", dims.global[d], " workgroups; ", spec.arch,
-                      " launches at most ", spec.max_global_dims[d], " (maxComputeWorkGroupCount)"));
-  }
-  if (dims.global[0] * dims.global[1] * dims.global[2] == 0) return 0.0;
   auto start = std::chrono::steady_clock::now();
   VkFence fence = device_.submit(pipeline_, layout_, set_layout_, bufs, info_.bindings, vars, dims);
   if (!timed) return 0.0;

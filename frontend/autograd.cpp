@@ -56,25 +56,23 @@ UOpPtr max_min_grad(const Match& m, bool is_max) {
 UOpPtr reduce_grad(const Match& m) {
   const auto& r = m.root->arg_as<ReduceArg>();
   Tensor x = src(m, 0), out = ctx(m).t(m.root), g = grad_of(m).expand(x.shape());
-  switch (r.op) {
-    case Op::ADD: return grads({g});
-    case Op::MAX:
-    case Op::MIN: {
-      Tensor hit = x.eq(out.expand(x.shape())).cast(x.dtype());
-      return grads({hit * g / hit.sum(r.axes, true).expand(x.shape())});
-    }
-    case Op::MUL: {
-      // The product of the other elements: out/x without zeros; with one zero, the product of the
-      // rest at the zero and 0 elsewhere; with two or more, 0 everywhere. Exact, and O(n).
-      Tensor zero = x.eq(x.zeros_like());
-      Tensor zeros = zero.cast(x.dtype()).sum(r.axes, true).expand(x.shape());
-      Tensor rest = zero.where(x.ones_like(), x).prod(r.axes, true).expand(x.shape());
-      Tensor none = zeros.eq(zeros.zeros_like()), one = zeros.eq(zeros.ones_like());
-      Tensor others = none.where(out.expand(x.shape()) / zero.where(x.ones_like(), x), one.where(zero.where(rest, x.zeros_like()), x.zeros_like()));
-      return grads({g * others});
-    }
-    default: throw InternalError(kiln::cat("gradient: REDUCE_AXIS with op ", r.op));
+  // A reduce's op is one of four (ReduceArg), not any Op: an if per op, not a switch over every Op.
+  if (r.op == Op::ADD) return grads({g});
+  if (r.op == Op::MAX || r.op == Op::MIN) {
+    Tensor hit = x.eq(out.expand(x.shape())).cast(x.dtype());
+    return grads({hit * g / hit.sum(r.axes, true).expand(x.shape())});
   }
+  if (r.op == Op::MUL) {
+    // The product of the other elements: out/x without zeros; with one zero, the product of the
+    // rest at the zero and 0 elsewhere; with two or more, 0 everywhere. Exact, and O(n).
+    Tensor zero = x.eq(x.zeros_like());
+    Tensor zeros = zero.cast(x.dtype()).sum(r.axes, true).expand(x.shape());
+    Tensor rest = zero.where(x.ones_like(), x).prod(r.axes, true).expand(x.shape());
+    Tensor none = zeros.eq(zeros.zeros_like()), one = zeros.eq(zeros.ones_like());
+    Tensor others = none.where(out.expand(x.shape()) / zero.where(x.ones_like(), x), one.where(zero.where(rest, x.zeros_like()), x.zeros_like()));
+    return grads({g * others});
+  }
+  throw InternalError(kiln::cat("gradient: REDUCE_AXIS with op ", r.op));
 }
 
 const PatternMatcher& pm_gradient() {
@@ -439,11 +437,9 @@ NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 
 UOpPtr detail::no_grad_wrap(UOpPtr u) {
   if (g_grad_enabled) return u;
-  switch (u->op) {
-    case Op::BUFFER: case Op::CONST: case Op::DEVICE: case Op::DETACH: case Op::IOTA: return u;
-    case Op::RESHAPE: if (u->src[0]->op == Op::BUFFER) return u; break;
-    default: break;
-  }
+  // Leaves and a buffer's reshape carry no graph to cut off.
+  bool leaf = u->op == Op::BUFFER || u->op == Op::CONST || u->op == Op::DEVICE || u->op == Op::DETACH || u->op == Op::IOTA;
+  if (leaf || (u->op == Op::RESHAPE && u->src[0]->op == Op::BUFFER)) return u;
   return UOp::make(Op::DETACH, u->dtype, {u});
 }
 

@@ -72,6 +72,9 @@ TEST_CASE("config: the cache directory follows XDG, then HOME, then /tmp", "[con
   CHECK(parse({{"XDG_CACHE_HOME", "relative"}, {"HOME", "/home/u"}}).cache_dir == "/home/u/.cache/kiln");
   CHECK(parse({{"HOME", ""}}).cache_dir == "/tmp/kiln-cache");
   CHECK(parse({{"KILN_CACHE_DIR", "/mine"}, {"XDG_CACHE_HOME", "/xdg"}}).cache_dir == "/mine");
+  // Data that `make deps` fetched stays where scripts/deps.sh put it, wherever KILN_CACHE_DIR points.
+  CHECK(parse({{"KILN_CACHE_DIR", "/mine"}, {"XDG_CACHE_HOME", "/xdg"}}).user_cache_dir == "/xdg/kiln");
+  CHECK(parse({{"HOME", "/home/u"}}).user_cache_dir == "/home/u/.cache/kiln");
 }
 
 TEST_CASE("config: mpirun's OMPI_COMM_WORLD_SIZE is read, 0 without it", "[config]") {
@@ -115,7 +118,8 @@ TEST_CASE("config: every knob has a unique name and variable, and parses its own
     CHECK(knob.get(c) == knob.get(parse({})));
   }
   CHECK(envs == std::set<std::string>{"KILN_DEBUG", "KILN_DEVICE", "KILN_BEAM", "KILN_CACHE_DIR", "KILN_JIT",
-                                      "KILN_JIT_CHECK", "KILN_STRICT", "KILN_FUZZ", "KILN_SPIRV_VAL", "KILN_CPU_COMPILER"});
+                                      "KILN_JIT_CHECK", "KILN_STRICT", "KILN_FUZZ", "KILN_SPIRV_VAL", "KILN_CPU_COMPILER",
+                                      "KILN_CUDA_COMPILE_ONLY"});
 }
 
 TEST_CASE("config: describe lists every knob on its own line with its current value", "[config]") {

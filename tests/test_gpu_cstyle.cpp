@@ -445,8 +445,7 @@ class NvrtcEveryKernel : public Catch::TestEventListenerBase {
 
   void testRunStarting(const Catch::TestRunInfo& info) override {
     TestEventListenerBase::testRunStarting(info);
-    const char* knob = std::getenv("KILN_CUDA_COMPILE_ONLY");
-    if (knob == nullptr || std::string(knob) != "1") return;
+    if (!config().cuda_compile_only) return;
     const NvrtcStatus& nvrtc = nvrtc_status();
     if (!nvrtc.available) {
       std::cout << "SKIPPED: KILN_CUDA_COMPILE_ONLY=1, but " << nvrtc.reason << "\n";

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -17,6 +19,23 @@
 
 namespace kiln {
 namespace {
+
+// Devices by what they are, never by name: the oracle every result is compared with (the interpreter),
+// and the first CPU-style device with vector types, whose heuristics several cases below pin down.
+std::string first_device(const std::function<bool(const DeviceSpec&)>& wanted, const char* what) {
+  std::optional<std::string> found = find_device(wanted);
+  if (!found) FAIL("no available device is " << what);
+  return *found;
+}
+const std::string& oracle() {
+  static const std::string name = first_device([](const DeviceSpec& s) { return s.oracle; }, "an oracle (DeviceSpec::oracle)");
+  return name;
+}
+const std::string& host() {
+  static const std::string name = first_device(
+      [](const DeviceSpec& s) { return !s.oracle && s.max_local == 0 && s.vector_bytes > 0; }, "CPU-style with vector types");
+  return name;
+}
 
 // Runs one kernel of a schedule lowered with `opts` (the heuristics' when null) on `device`: every
 // buffer filled with the same deterministic values, then slot 0 read back as floats.
@@ -93,11 +112,11 @@ std::vector<std::pair<std::string, ScheduleItem>> kernels() {
   return out;
 }
 
-// CPU and REF, and every GPU-style device that is available here (LOCAL, GROUP and GROUPTOP apply there).
+// Every registered device that is available here (LOCAL, GROUP and GROUPTOP apply on GPU-style ones).
 std::vector<std::string> opt_devices() {
-  std::vector<std::string> out{"CPU", "REF"};
+  std::vector<std::string> out;
   for (const DeviceStatus& status : probe_devices())
-    if (status.available && get_device(status.name).spec().max_local > 0) out.push_back(status.name);
+    if (status.available) out.push_back(status.name);
   return out;
 }
 
@@ -105,7 +124,7 @@ TEST_CASE("every single opt of the action space gives the default kernel's resul
   for (const std::string& device : opt_devices()) {
     for (auto& [name, item] : kernels()) {
       INFO(device << " " << name << ": " << str(item.ast->src[0]));
-      std::vector<float> want = run_kernel(item, "REF", nullptr);
+      std::vector<float> want = run_kernel(item, oracle(), nullptr);
       std::vector<Opt> actions = action_space(item.ast, get_device(device).spec());
       CHECK(actions.size() >= 3);
       for (const Opt& o : actions) {
@@ -120,20 +139,20 @@ TEST_CASE("every single opt of the action space gives the default kernel's resul
 TEST_CASE("chains of opts picked at random from the action space give the default kernel's result", "[opts]") {
   std::mt19937 rng(1234);
   for (auto& [name, item] : kernels()) {
-    std::vector<float> want = run_kernel(item, "REF", nullptr);
+    std::vector<float> want = run_kernel(item, oracle(), nullptr);
     for (int trial = 0; trial < 4 * config().fuzz; ++trial) {
       std::vector<Opt> chain;
       for (int step = 0; step < 3; ++step) {
-        std::vector<Opt> next = action_space(item.ast, get_device("CPU").spec(), chain);
+        std::vector<Opt> next = action_space(item.ast, get_device(host()).spec(), chain);
         if (next.empty()) break;
         chain.push_back(next[rng() % next.size()]);
       }
       INFO(name << ": " << to_string(chain));
-      expect_close(run_kernel(item, "CPU", &chain), want);
+      expect_close(run_kernel(item, host(), &chain), want);
       std::vector<Opt> one_thread;  // REF runs one thread
       for (const Opt& o : chain)
         if (o.op != OptOp::THREAD) one_thread.push_back(o);
-      expect_close(run_kernel(item, "REF", &one_thread), want);
+      expect_close(run_kernel(item, oracle(), &one_thread), want);
     }
   }
 }
@@ -142,7 +161,7 @@ TEST_CASE("the heuristics' opts are listed and reproduce lower_kernel", "[opts]"
   Tensor m = Tensor::rand({64, 64}).realize(), n = Tensor::rand({64, 64}).realize();
   Schedule s = Tensor::schedule({m.matmul(n)});
   REQUIRE(s.items.size() == 1);
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   std::vector<Opt> opts = heuristic_opts(s.items[0].ast, spec);
   CHECK(!opts.empty());
   Lowering l = lower_with_opts(s.items[0].ast, spec, opts);
@@ -155,7 +174,7 @@ TEST_CASE("a transpose is tiled along both axes, and split over threads along it
   // (128, 2048) -> (2048, 128): each lane of a 16-wide output vector reads another source row, 8 KiB
   // apart. Split along the vector axis, each thread walks only its own rows (fewer pages than the TLB
   // holds); a (32, 64) transpose, rows 256 bytes apart, keeps the outer split.
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   for (int64_t cols : {2048, 64}) {
     CAPTURE(cols);
     Tensor m = Tensor::rand({128, cols}).realize();
@@ -178,7 +197,7 @@ TEST_CASE("a transpose is tiled along both axes, and split over threads along it
     std::vector<float> want(static_cast<size_t>(128 * cols));
     for (int64_t r = 0; r < 128; ++r)
       for (int64_t c = 0; c < cols; ++c) want[static_cast<size_t>(c * 128 + r)] = source(r * cols + c);
-    expect_close(run_kernel(s.items[0], "CPU", nullptr), want);
+    expect_close(run_kernel(s.items[0], host(), nullptr), want);
   }
 }
 
@@ -222,7 +241,7 @@ TEST_CASE("the copies of a transpose tile read their source with vector loads; a
       CHECK(u->src[0]->op == Op::LOAD);  // not a lane (GEP) of a vector load
     }
     CHECK(broadcasts > 0);
-    expect_close(run_kernel(mm.items[0], name, &tile), run_kernel(mm.items[0], "REF", nullptr));
+    expect_close(run_kernel(mm.items[0], name, &tile), run_kernel(mm.items[0], oracle(), nullptr));
   }
 }
 
@@ -265,10 +284,10 @@ TEST_CASE("a sum over an axis every moving load is contiguous in keeps one accum
   Tensor mean = Tensor::rand({32, 64, 1}).realize(), rstd = Tensor::rand({32, 64, 1}).realize();
   Schedule s = Tensor::schedule({(g * gamma * ((x - mean) * rstd)).sum({2})});
   REQUIRE(s.items.size() == 1);
-  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device("CPU").spec());
+  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device(host()).spec());
   INFO(to_string(opts));
   CHECK(std::none_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UPCAST || o.op == OptOp::UNROLL; }));
-  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
+  expect_close(run_kernel(s.items[0], host(), nullptr), run_kernel(s.items[0], oracle(), nullptr));
 }
 
 TEST_CASE("an elementwise kernel whose innermost output loop is too short for a vector takes one along a loop its loads walk contiguously", "[opts]") {
@@ -293,7 +312,7 @@ TEST_CASE("an elementwise kernel whose innermost output loop is too short for a 
       bool vector_load = false;
       for (const UOpPtr& u : l.kernel->linear) vector_load |= u->op == Op::LOAD && u->dtype.count > 1;
       CHECK(vector_load);
-      expect_close(run_kernel(s.items[0], device.name, nullptr), run_kernel(s.items[0], "REF", nullptr));
+      expect_close(run_kernel(s.items[0], device.name, nullptr), run_kernel(s.items[0], oracle(), nullptr));
     }
   }
 }
@@ -305,10 +324,10 @@ TEST_CASE("a sum with no tile over a short innermost loop folds several steps of
   Tensor a = Tensor::rand({64, 6, 24, 24}).realize(), b = Tensor::rand({64, 6, 24, 24}).realize();
   Schedule s = Tensor::schedule({(a * b).sum({0, 2, 3})});
   REQUIRE(s.items.size() == 1);
-  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device("CPU").spec());
+  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device(host()).spec());
   INFO(to_string(opts));
   CHECK(std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UNROLL && o.amount == 8; }) == 1);
-  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
+  expect_close(run_kernel(s.items[0], host(), nullptr), run_kernel(s.items[0], oracle(), nullptr));
 }
 
 TEST_CASE("a product summed into a vector with no register rows folds 4 steps per accumulator update", "[opts]") {
@@ -318,14 +337,14 @@ TEST_CASE("a product summed into a vector with no register rows folds 4 steps pe
   Tensor dy = Tensor::rand({64, 16}).realize(), x = Tensor::rand({64, 9}).realize();
   Schedule s = Tensor::schedule({(dy.reshape({64, 16, 1}) * x.reshape({64, 1, 9})).sum({0})});
   REQUIRE(s.items.size() == 1);
-  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device("CPU").spec());
+  std::vector<Opt> opts = heuristic_opts(s.items[0].ast, get_device(host()).spec());
   INFO(to_string(opts));
   CHECK(std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UNROLL && o.amount == 4; }) == 1);
-  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
+  expect_close(run_kernel(s.items[0], host(), nullptr), run_kernel(s.items[0], oracle(), nullptr));
   // A column sum (nothing reused along the vector) keeps its plain accumulator.
   Schedule col = Tensor::schedule({dy.sum({0})});
   REQUIRE(col.items.size() == 1);
-  std::vector<Opt> col_opts = heuristic_opts(col.items[0].ast, get_device("CPU").spec());
+  std::vector<Opt> col_opts = heuristic_opts(col.items[0].ast, get_device(host()).spec());
   INFO(to_string(col_opts));
   CHECK(std::none_of(col_opts.begin(), col_opts.end(), [](const Opt& o) { return o.op == OptOp::UNROLL; }));
 }
@@ -354,7 +373,7 @@ TEST_CASE("float32 exp, log, sigmoid and gelu are vector ALU code on the CPU dev
       }
       CHECK(vector_alu);
       CHECK(!calls);
-      expect_close(run_kernel(s.items[0], device, nullptr), run_kernel(s.items[0], "REF", nullptr));
+      expect_close(run_kernel(s.items[0], device, nullptr), run_kernel(s.items[0], oracle(), nullptr));
       DeviceSpec library = spec;
       library.alu_transcendentals = false;
       bool kept = false;
@@ -374,7 +393,7 @@ TEST_CASE("a reduction over operands contiguous along different axes is vectoriz
   Tensor out = (nhwc.permute({0, 3, 1, 2}) * nchw).sum({0, 2, 3});
   Schedule s = Tensor::schedule({out});
   REQUIRE(s.items.size() == 1);
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   LoweredKernel k = lower_kernel(s.items[0].ast, spec);
   bool vector_load = false;
   for (const UOpPtr& u : k.linear) vector_load |= u->op == Op::LOAD && u->dtype.count > 1;
@@ -391,18 +410,18 @@ TEST_CASE("a reduction over operands contiguous along different axes is vectoriz
 
 TEST_CASE("the neighbours of the heuristics' opts apply, differ from them, and give the same result", "[opts]") {
   for (auto& [name, item] : kernels()) {
-    const DeviceSpec& spec = get_device("CPU").spec();
+    const DeviceSpec& spec = get_device(host()).spec();
     std::vector<Opt> start = heuristic_opts(item.ast, spec);
     std::vector<std::vector<Opt>> near = opt_neighbours(item.ast, spec, start);
     INFO(name << ": " << to_string(start));
     std::set<std::string> seen;
-    std::vector<float> want = run_kernel(item, "REF", nullptr);
+    std::vector<float> want = run_kernel(item, oracle(), nullptr);
     for (std::vector<Opt>& list : near) {
       INFO(to_string(list));
       CHECK(to_string(list) != to_string(start));
       CHECK(seen.insert(to_string(list)).second);
       CHECK(lower_with_opts(item.ast, spec, list).kernel.has_value());
-      expect_close(run_kernel(item, "CPU", &list), want);
+      expect_close(run_kernel(item, host(), &list), want);
     }
     // Each opt of the start is dropped in one neighbour (when the rest still applies).
     if (start.size() >= 2) CHECK(near.size() >= 1);
@@ -412,7 +431,7 @@ TEST_CASE("the neighbours of the heuristics' opts apply, differ from them, and g
   const ScheduleItem item = Tensor::schedule({m.matmul(n)}).items.back();
   std::vector<Opt> start{{OptOp::UPCAST, 0, 8}, {OptOp::UPCAST, 1, 16}, {OptOp::THREAD, 1, 0}};
   std::set<std::string> near;
-  for (const std::vector<Opt>& l : opt_neighbours(item.ast, get_device("CPU").spec(), start)) near.insert(to_string(l));
+  for (const std::vector<Opt>& l : opt_neighbours(item.ast, get_device(host()).spec(), start)) near.insert(to_string(l));
   CHECK(near.count("UPCAST(0,4) UPCAST(1,16) THREAD(1,0)"));
   CHECK(near.count("UPCAST(0,8) UPCAST(1,16) THREAD(0,0)"));
   CHECK(near.count("UPCAST(1,16) THREAD(1,0)"));
@@ -424,9 +443,9 @@ TEST_CASE("PADTO masks the extra iterations of output and reduce axes", "[opts]"
   for (Tensor out : {a.sum({1}), (a * 2.0).exp()}) {
     Schedule s = Tensor::schedule({out});
     REQUIRE(s.items.size() == 1);
-    std::vector<float> want = run_kernel(s.items[0], "REF", nullptr);
-    int last = static_cast<int>(action_space(s.items[0].ast, get_device("REF").spec()).back().axis);
-    for (const char* device : {"CPU", "REF"}) {
+    std::vector<float> want = run_kernel(s.items[0], oracle(), nullptr);
+    int last = static_cast<int>(action_space(s.items[0].ast, get_device(oracle()).spec()).back().axis);
+    for (const std::string& device : {host(), oracle()}) {
       std::vector<Opt> pad{{OptOp::PADTO, last, 16}, {OptOp::UPCAST, 0, 2}};
       INFO(device << " " << to_string(pad));
       expect_close(run_kernel(s.items[0], device, &pad), want);
@@ -439,7 +458,7 @@ TEST_CASE("opts that do not apply are rejected with a reason", "[opts]") {
   Schedule s = Tensor::schedule({m.matmul(n)});
   REQUIRE(s.items.size() == 1);
   const UOpPtr& ast = s.items[0].ast;
-  const DeviceSpec& cpu = get_device("CPU").spec();
+  const DeviceSpec& cpu = get_device(host()).spec();
   auto rejected = [&](std::vector<Opt> opts) {
     Lowering l = lower_with_opts(ast, cpu, opts);
     CHECK(!l.kernel);
@@ -528,7 +547,7 @@ namespace {
 // A GPU-style spec for lowering only (no device runs it here; OPENCL and VULKAN run these kernels in
 // their conformance runs): the linear program must be well formed and the launch dims consistent.
 DeviceSpec fake_gpu_spec() {
-  DeviceSpec spec = get_device("REF").spec();
+  DeviceSpec spec = get_device(oracle()).spec();
   spec.max_local = 256;
   spec.max_local_dims = {256, 256, 64};
   spec.max_global_dims = {65535, 65535, 65535};
@@ -606,7 +625,7 @@ TEST_CASE("a tile with no axis for rows takes eight vectors along its vector axi
   // register rows; one vector would be one chain of FMAs, each waiting for the last. Eight vectors along
   // the output columns are eight accumulators fed by the same broadcast of the left operand. The
   // results equal REF's default kernel.
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   Tensor a = Tensor::rand({9, 256}).realize(), b = Tensor::rand({256, 512}).realize();
   Schedule s = Tensor::schedule({a.matmul(b)});
   REQUIRE(s.items.size() == 1);
@@ -618,14 +637,14 @@ TEST_CASE("a tile with no axis for rows takes eight vectors along its vector axi
     if (o.op == OptOp::UPCAST) lanes *= o.amount, upcast_axes.insert(o.axis);
   CHECK(upcast_axes.size() == 1);
   CHECK(lanes == 8 * std::clamp<int64_t>(spec.vector_bytes / 4, 2, 16));  // eight registers of float32 lanes
-  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
+  expect_close(run_kernel(s.items[0], host(), nullptr), run_kernel(s.items[0], oracle(), nullptr));
 }
 
 TEST_CASE("a pooling reduction gets no register rows for a load outside its loop, with REF's results", "[opts]") {
   // max_pool2d of x * scale (one scale per channel): the scale does not move along the batch, but it is
   // loaded once per output, outside the 2x2 loop, so rows along the batch reuse nothing; they only
   // multiplied the code (8 x 32 copies of a gated max: 0.66 s to compile).
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   Tensor x = Tensor::rand({128, 32, 14, 14}).realize(), scale = Tensor::rand({1, 32, 1, 1}).realize();
   Schedule s = Tensor::schedule({(x * scale).max_pool2d({2, 2})});
   REQUIRE(s.items.size() == 1);
@@ -635,14 +654,14 @@ TEST_CASE("a pooling reduction gets no register rows for a load outside its loop
   for (const Opt& o : opts)
     if (o.op == OptOp::UPCAST) upcast_axes.insert(o.axis);
   CHECK(upcast_axes.size() == 1);
-  expect_close(run_kernel(s.items[0], "CPU", nullptr), run_kernel(s.items[0], "REF", nullptr));
+  expect_close(run_kernel(s.items[0], host(), nullptr), run_kernel(s.items[0], oracle(), nullptr));
 }
 
 TEST_CASE("register rows only for a reduction that multiplies or selects across them, with REF's results", "[opts]") {
   // A layer norm's sum of squares of x + pos (pos shared by the batch) reuses pos along the batch but
   // multiplies nothing across it: no rows (its 8-row tile took 0.9 s to compile). An embedding's
   // gradient selects g where the token matches each vocabulary row: rows share each load of g.
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   auto upcast_axes = [&](const ScheduleItem& item) {
     std::vector<Opt> opts = heuristic_opts(item.ast, spec);
     INFO(to_string(opts));
@@ -656,17 +675,17 @@ TEST_CASE("register rows only for a reduction that multiplies or selects across 
   Schedule norm = Tensor::schedule({(h * h).sum({2})});
   REQUIRE(norm.items.size() == 1);
   CHECK(upcast_axes(norm.items[0]) <= 1);  // no rows
-  expect_close(run_kernel(norm.items[0], "CPU", nullptr), run_kernel(norm.items[0], "REF", nullptr));
+  expect_close(run_kernel(norm.items[0], host(), nullptr), run_kernel(norm.items[0], oracle(), nullptr));
   Tensor tokens = Tensor::rand({512, 1, 1}).realize(), g = Tensor::rand({512, 1, 128}).realize();
   Tensor rows = Tensor::arange(256).reshape({1, 256, 1}).cast(dtypes::float32);
   Schedule embed = Tensor::schedule({tokens.lt(rows).where(g, g.zeros_like()).sum({0})});
   REQUIRE(embed.items.size() == 1);
   CHECK(upcast_axes(embed.items[0]) == 2);
-  expect_close(run_kernel(embed.items[0], "CPU", nullptr), run_kernel(embed.items[0], "REF", nullptr));
+  expect_close(run_kernel(embed.items[0], host(), nullptr), run_kernel(embed.items[0], oracle(), nullptr));
 }
 
 TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its copies before its rows, with REF's results", "[opts]") {
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   // (7, 256) x (256, 512): the 7 rows whole (7 x 2 vectors: 8 us, where 8 vectors without rows took 28).
   Tensor a = Tensor::rand({7, 256}).realize(), b = Tensor::rand({256, 512}).realize();
   Schedule mm = Tensor::schedule({a.matmul(b)});
@@ -674,7 +693,7 @@ TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its c
   std::vector<Opt> opts = heuristic_opts(mm.items[0].ast, spec);
   INFO(to_string(opts));
   CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
-  expect_close(run_kernel(mm.items[0], "CPU", nullptr), run_kernel(mm.items[0], "REF", nullptr));
+  expect_close(run_kernel(mm.items[0], host(), nullptr), run_kernel(mm.items[0], oracle(), nullptr));
   // (28, 256) x (256, 512): 28 rows, a multiple of neither 8 nor 4 twice over, give tiles of 7 rows (a
   // 14- or 28-wide image's rows in a conv).
   Tensor a28 = Tensor::rand({28, 256}).realize();
@@ -683,7 +702,7 @@ TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its c
   std::vector<Opt> opts28 = heuristic_opts(mm28.items[0].ast, spec);
   INFO(to_string(opts28));
   CHECK(std::count(opts28.begin(), opts28.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
-  expect_close(run_kernel(mm28.items[0], "CPU", nullptr), run_kernel(mm28.items[0], "REF", nullptr));
+  expect_close(run_kernel(mm28.items[0], host(), nullptr), run_kernel(mm28.items[0], oracle(), nullptr));
   // A 3x3 conv of a width-padded (N, K, H, W) view into 3 channels stored innermost (the layout the
   // phases of a stride-2 3-channel input gradient once had): the loads are masked along the width and
   // the stores scattered, so no axis takes a vector. Its scalar tile: 16 copies along the width (which
@@ -702,14 +721,14 @@ TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its c
   CHECK(o[0].op == OptOp::UPCAST);
   CHECK(o[0].amount == 16);
   CHECK(o[1] == (Opt{OptOp::UPCAST, 3, 3}));
-  expect_close(run_kernel(conv.items[0], "CPU", nullptr), run_kernel(conv.items[0], "REF", nullptr));
+  expect_close(run_kernel(conv.items[0], host(), nullptr), run_kernel(conv.items[0], oracle(), nullptr));
 }
 
 TEST_CASE("a conv with few output channels runs along rows of pixels: the stride-2 RGB input gradient's phases take the width as their vector, with REF's results", "[opts]") {
   // Each phase of the input gradient is a stride-1 conv into the 3 input channels. With the channels
   // innermost no axis took a vector (5% of the FMA peak in `kiln bench sweep`); with the pixels innermost
   // and one stored padded copy of the output gradient (no lane-by-lane masks) the width does.
-  const DeviceSpec& spec = get_device("CPU").spec();
+  const DeviceSpec& spec = get_device(host()).spec();
   Tensor x = Tensor::rand({4, 3, 64, 64}).realize(), w = Tensor::rand({16, 3, 7, 7}).realize(), g = Tensor::rand({4, 16, 32, 32}).realize();
   Tensor xi = x.detach();
   xi.requires_grad_();
@@ -725,7 +744,7 @@ TEST_CASE("a conv with few output channels runs along rows of pixels: the stride
     INFO(name << ": " << to_string(o));
     if (spec.vector_bytes > 0) CHECK(std::count(o.begin(), o.end(), Opt{OptOp::UPCAST, 3, spec.vector_bytes / 4}) == 1);  // the width
     CHECK(std::count(o.begin(), o.end(), Opt{OptOp::UPCAST, 1, 3}) == 1);  // the 3 channels as rows
-    expect_close(run_kernel(item, "CPU", nullptr), run_kernel(item, "REF", nullptr));
+    expect_close(run_kernel(item, host(), nullptr), run_kernel(item, oracle(), nullptr));
   }
   CHECK(phases == 4);
   CHECK(padded_copies == 1);

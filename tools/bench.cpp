@@ -486,20 +486,19 @@ std::vector<double> step_compile_seconds(const std::string& device, const Schedu
 // Compile time per kernel over a training step's kernels: the CPU device's in-process LLVM compiler,
 // and the C compiler as a process (the CLANG device) on the same kernels, in this run.
 void compile_step(BenchResult& r, const Plan& plan) {
-  if (get_device("CPU").spec().lang != Language::LLVM)
-    throw Error(cat("the CPU device does not compile in process here: ", get_device("CPU").spec().note));
+  std::string in_process = in_process_device(), c_process = c_process_device();
   std::shared_ptr<nn::Sequential> model = make_mnist_cnn();
-  Tensor x = Tensor::randn({64, 1, 28, 28}, dtypes::float32, "CPU");
-  Tensor labels = Tensor::randint(0, 10, {64}, dtypes::int64, "CPU");
+  Tensor x = Tensor::randn({64, 1, 28, 28}, dtypes::float32, in_process);
+  Tensor labels = Tensor::randint(0, 10, {64}, dtypes::int64, in_process);
   Tensor loss = nn::cross_entropy(model->forward(x), labels);
   std::vector<Tensor> outputs = gradients(loss, model->parameters());
   outputs.push_back(loss);
   Schedule schedule = Tensor::schedule(outputs);
-  std::vector<double> llvm = step_compile_seconds("CPU", schedule);
+  std::vector<double> llvm = step_compile_seconds(in_process, schedule);
   // Quick: every third kernel through clang (a few seconds instead of ~20).
   Schedule some;
   for (size_t i = 0; i < schedule.items.size(); i += size_t(plan.clang_kernel_stride)) some.items.push_back(schedule.items[i]);
-  std::vector<double> clang = step_compile_seconds("CLANG", some);
+  std::vector<double> clang = step_compile_seconds(c_process, some);
   r.runs = int(llvm.size());
   r.higher_is_better = false;
   r.kiln = duration(llvm, 1e3);
@@ -559,8 +558,8 @@ void run_bench(const BenchOptions& options) {
   add(result("replay, captured 200-op graph", "16 float32", "us"), [&](BenchResult& r) { replay_overhead(r, plan); });
   add(result("first realize of a new kernel", "16x16 exp+sum", "ms/kernel"),
       [&](BenchResult& r) { new_kernel(r, plan); });
-  if (spec.name == "CPU")
-    add(compared("compile a training step's kernels", "demo CNN fwd+bwd", "ms/kernel", "clang process (CLANG)", 0),
+  if (cpu_style(spec) && spec.lang == Language::LLVM)
+    add(compared("compile a training step's kernels", "demo CNN fwd+bwd", "ms/kernel", "a C compiler process", 0),
         [&](BenchResult& r) { compile_step(r, plan); });
 
   // The CPU device's in-process code beside the C path's (the CLANG device) on the same workloads, in
@@ -568,18 +567,19 @@ void run_bench(const BenchOptions& options) {
   if (spec.lang == Language::LLVM) {
     std::string saved = config().device;
     try {
-      get_device("CLANG");
-      config().device = "CLANG";
+      std::string c_process = c_process_device();
+      config().device = c_process;
       Inputs clang_in(plan.n);
       auto beside = [&](const std::string& cpu_row, BenchResult r, const std::function<void(BenchResult&)>& body) {
         r.target_percent.reset();
-        r.name += " on CLANG";
+        r.name += " on " + c_process;
         BenchResult done = guarded(std::move(r), body);
         // Each side as a share of its own same-run reference, so drift between the two runs cancels.
         for (const BenchResult& row : report.results) {
           std::optional<double> cpu = percent_of_reference(row), clang = percent_of_reference(done);
           if (row.name == cpu_row && cpu && clang && *clang > 0)
-            done.notes.push_back(cat("in-process LLVM (CPU) / clang C, each against its reference: ", short_number(*cpu / *clang)));
+            done.notes.push_back(cat("in-process LLVM (", spec.name, ") / C (", c_process, "), each against its reference: ",
+                                     short_number(*cpu / *clang)));
         }
         report.results.push_back(std::move(done));
       };
@@ -590,26 +590,26 @@ void run_bench(const BenchOptions& options) {
       beside("matmul", compared("matmul", cat(plan.matmul, "^3 float32"), "GFLOP/s", cat("OpenBLAS sgemm, core ", blas.core), 0),
              [&](BenchResult& r) { matmul(r, plan, clang_in, blas); });
     } catch (const Error& e) {
-      report.changes.push_back(cat("no CLANG figures beside CPU's: ", e.what()));
+      report.changes.push_back(cat("no figures of a C compiler process beside ", spec.name, "'s: ", e.what()));
     }
     config().device = saved;
   }
   // On another device, the CPU device's figures for the same two workloads, measured in this run.
-  if (spec.name != "CPU") {
+  if (find_device(cpu_style) != spec.name) {
     std::string saved = config().device;
     try {
-      get_device("CPU");
-      config().device = "CPU";  // the workloads make their tensors on the default device
+      std::string host = host_device();
+      config().device = host;  // the workloads make their tensors on the default device
       Inputs cpu_in(plan.n);
       auto untargeted = [](BenchResult r) {
         r.target_percent.reset();  // the targets are the bench device's; these are for comparison
         return r;
       };
-      add(untargeted(compared("relu(a*b+c) on CPU", n, "GB/s", "C/OpenMP", 0)), [&](BenchResult& r) { elementwise(r, plan, cpu_in, ref); });
-      add(untargeted(compared("matmul on CPU", cat(plan.matmul, "^3 float32"), "GFLOP/s", cat("OpenBLAS sgemm, core ", blas.core), 0)),
+      add(untargeted(compared("relu(a*b+c) on " + host, n, "GB/s", "C/OpenMP", 0)), [&](BenchResult& r) { elementwise(r, plan, cpu_in, ref); });
+      add(untargeted(compared("matmul on " + host, cat(plan.matmul, "^3 float32"), "GFLOP/s", cat("OpenBLAS sgemm, core ", blas.core), 0)),
           [&](BenchResult& r) { matmul(r, plan, cpu_in, blas); });
     } catch (const Error& e) {
-      report.changes.push_back(cat("no CPU figures beside ", spec.name, "'s: ", e.what()));
+      report.changes.push_back(cat("no CPU-style figures beside ", spec.name, "'s: ", e.what()));
     }
     config().device = saved;
   }
@@ -623,6 +623,27 @@ void run_bench(const BenchOptions& options) {
     throw Error(cat("bench: ", failed, " workload", failed == 1 ? "" : "s",
                     " failed or gave a wrong result (FAILED or MISMATCH above); the figures for ",
                     failed == 1 ? "it mean" : "them mean", " nothing until that is fixed"));
+}
+
+namespace {
+
+std::string device_where(const std::function<bool(const DeviceSpec&)>& wanted, const std::string& what) {
+  std::optional<std::string> found = find_device(wanted);
+  if (!found) throw Error(cat("bench: no available device ", what, " here; `kiln devices` says why each is not"));
+  return *found;
+}
+
+}  // namespace
+
+bool cpu_style(const DeviceSpec& spec) { return spec.max_local == 0 && !spec.oracle; }
+
+std::string host_device() { return device_where(cpu_style, "is CPU-style"); }
+std::string in_process_device() {
+  return device_where([](const DeviceSpec& s) { return cpu_style(s) && s.lang == Language::LLVM; },
+                      "compiles LLVM IR in process (libLLVM 14)");
+}
+std::string c_process_device() {
+  return device_where([](const DeviceSpec& s) { return cpu_style(s) && s.lang == Language::C; }, "is CPU-style and compiles C");
 }
 
 }  // namespace kiln

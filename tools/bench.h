@@ -13,6 +13,8 @@
 
 namespace kiln {
 
+struct DeviceSpec;
+
 struct BenchOptions {
   bool quick = false;
   bool json = false;
@@ -37,5 +39,13 @@ void run_bench_compile(const BenchOptions& options);
 // `kiln bench dist`: data-parallel training steps on 1 and 2 ranks, and kiln's allreduce beside a raw
 // MPI_Allreduce (tools/bench_dist.cpp); starts `mpirun -np 2` of itself.
 void run_bench_dist(const BenchOptions& options);
+
+// The devices the bench compares, chosen by what they are, never by name (tools/bench.cpp); each throws
+// Error saying what is missing. The first CPU-style device (not the oracle); the first CPU-style device
+// that compiles LLVM IR in process; the first CPU-style device that takes C (a C compiler process).
+bool cpu_style(const DeviceSpec& spec);  // no local dims (max_local == 0), and not the oracle
+std::string host_device();
+std::string in_process_device();
+std::string c_process_device();
 
 }  // namespace kiln

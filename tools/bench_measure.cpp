@@ -44,6 +44,17 @@ double own_seconds() {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+double min_seconds(int runs, const std::function<void()>& f) {
+  f();
+  double best = INFINITY;
+  for (int i = 0; i < runs; ++i) {
+    auto start = Clock::now();
+    f();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
 HostArray::HostArray(int64_t n) : n_(n), bytes_(size_t(n) * sizeof(float)) {
   void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw Error(cat("bench: cannot map ", bytes_, " bytes of host memory: ", std::strerror(errno)));

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ namespace kiln::bench {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start);
+
+// The fastest of `runs` timed calls of f, after one untimed call (it wakes the threads and faults in the memory).
+double min_seconds(int runs, const std::function<void()>& f);
 
 // Host memory for the references' inputs and outputs, mapped once with huge pages hinted: first touch of
 // 4 KiB pages costs ~15 us each here (NOTES.md). Throws Error when the memory cannot be mapped.

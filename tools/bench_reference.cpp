@@ -117,4 +117,20 @@ double CReference::peak_gflops(int runs) const {
   return rates[rates.size() / 2];
 }
 
+MachineLimits measure_machine_limits(const CReference& c) {
+  MachineLimits m;
+  float checksum = 0;
+  const int64_t iterations = 20'000'000;
+  double flops = c.fma_peak(iterations, &checksum);
+  m.fma_gflops = flops / bench::min_seconds(5, [&] { c.fma_peak(iterations, &checksum); }) * 1e-9;
+  m.fma_note = cat("FMA peak loop, ", c.threads(), " threads (", c.compiler, ")");
+  const int64_t n = int64_t(16) << 20;
+  bench::HostArray a(n), b(n), d(n);
+  bench::fill_uniform(b, 1);
+  bench::fill_uniform(d, 2);
+  m.triad_gbs = 12.0 * double(n) / bench::min_seconds(5, [&] { c.triad(a.data(), b.data(), d.data(), 3.0f, n); }) * 1e-9;
+  m.triad_note = cat("triad loop, 16M floats x 3, ", c.threads(), " threads");
+  return m;
+}
+
 }  // namespace kiln

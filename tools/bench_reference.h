@@ -32,6 +32,14 @@ struct CReference {
   static CReference build();
 };
 
+// The machine's limits, measured in this run by the references: the best of 5 FMA peak loops and of 5
+// triad loops over 16M floats x 3 (12 bytes moved per element), after a warm-up of each.
+struct MachineLimits {
+  double fma_gflops = 0, triad_gbs = 0;
+  std::string fma_note, triad_note;  // what was measured, e.g. "triad loop, 16M floats x 3, 2 threads"
+};
+MachineLimits measure_machine_limits(const CReference& c);
+
 // OpenBLAS's cblas_sgemm, from libopenblas.so.0. The core it picked depends on OPENBLAS_CORETYPE, which
 // this environment sets (NOTES.md), so `core` is printed beside every ratio against it.
 struct OpenBlas {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "devices_check.h"
 #include "train.h"
 #include "devices/device.h"
 #include "uop/config.h"
@@ -27,7 +28,6 @@ namespace kiln {
 
 std::function<void()> setup_search(CLI::App& command);  // tools/search_cmd.cpp
 std::function<void()> setup_cache(CLI::App& command);   // tools/cache_cmd.cpp
-void run_devices_check();                                // tools/devices_check.cpp
 
 namespace {
 
@@ -72,7 +72,7 @@ Run setup_devices(CLI::App& command) {
   auto check = std::make_shared<bool>(false);
   command.add_flag("--check", *check, "run a quick conformance check and a roofline probe (bandwidth, arithmetic, latency) on each available device, with a verdict");
   return [check] {
-    if (*check) return run_devices_check();
+    if (*check) return run_devices_check(measure_machine_limits(CReference::build()));
     for (const DeviceStatus& status : probe_devices()) {
       if (!status.available) {
         std::cout << status.name << "  not available: " << status.reason << '\n';

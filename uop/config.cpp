@@ -98,6 +98,10 @@ const std::vector<KnobInfo>& Config::knobs() {
            throw Error(cat(src, "=", text, ": expected auto, llvm or c (the CPU device's compiler)"));
          c.cpu_compiler = v;
        }},
+      {"cuda_compile_only", "KILN_CUDA_COMPILE_ONLY", "0",
+       "kiln_tests only: every kernel the run lowers is also lowered for a CUDA DeviceSpec and compiled with NVRTC (0/1/true/false)",
+       [](const Config& c) { return std::string(c.cuda_compile_only ? "1" : "0"); },
+       [](Config& c, std::string_view src, std::string_view text) { c.cuda_compile_only = parse_bool(src, text); }},
   };
   return list;
 }
@@ -113,7 +117,8 @@ Config Config::from_env(const std::function<const char*(const char*)>& getenv_fn
     // `KILN_DEBUG= kiln ...` is a common way to switch a knob back off, so blank means "default".
     if (text && !trim(text).empty()) knob.parse(config, knob.env, text);
   }
-  if (config.cache_dir.empty()) config.cache_dir = default_cache_dir(getenv_fn);
+  config.user_cache_dir = default_cache_dir(getenv_fn);
+  if (config.cache_dir.empty()) config.cache_dir = config.user_cache_dir;
   const char* mpi_size = getenv_fn("OMPI_COMM_WORLD_SIZE");
   if (mpi_size && !trim(mpi_size).empty()) config.mpi_world_size = parse_int("OMPI_COMM_WORLD_SIZE", mpi_size, 1, INT_MAX);
   const char* local_size = getenv_fn("OMPI_COMM_WORLD_LOCAL_SIZE");

@@ -39,6 +39,10 @@ struct Config {
   int fuzz = 1;           // KILN_FUZZ: multiplier for randomized test counts (longer local runs), >= 1
   bool spirv_val = false; // KILN_SPIRV_VAL: the VULKAN device runs spirv-val on every module it compiles
   std::string cpu_compiler = "auto";  // KILN_CPU_COMPILER: the CPU device's compiler: auto (LLVM in-process, else C), llvm, c
+  bool cuda_compile_only = false;  // KILN_CUDA_COMPILE_ONLY: the test runner also compiles every kernel of the run with NVRTC
+  // Not a knob: the user's cache directory for kiln ($XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln, else
+  // /tmp/kiln-cache), whatever KILN_CACHE_DIR says: where `make deps` (scripts/deps.sh) unpacks MNIST.
+  std::string user_cache_dir;
   // Not a knob: what the launcher says about this process. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE
   // in each process it starts; frontend/distributed.h loads MPI only then. 0: not started by mpirun.
   int mpi_world_size = 0;

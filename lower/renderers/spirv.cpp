@@ -197,6 +197,19 @@ class SpirvRenderer {
 
   // --- ALU -------------------------------------------------------------------------------------------
 
+// The ops that never reach the switches over ALU ops below: every op outside uop/ops.def's Unary, Binary
+// and Ternary groups, and CAST and WHERE, which alu() renders first. The switches end with these and the
+// ALU ops they do not define instead of `default:`, so -Werror=switch names each of them for a new op.
+#define KILN_SPIRV_NOT_REACHING_ALU                                                                                   \
+  case kiln::Op::SINK: case kiln::Op::NOOP: case kiln::Op::CONST: case kiln::Op::DEFINE_VAR: case kiln::Op::DEVICE:    \
+  case kiln::Op::BUFFER: case kiln::Op::CONTIGUOUS: case kiln::Op::COPY: case kiln::Op::ASSIGN: case kiln::Op::DETACH: \
+  case kiln::Op::REDUCE_AXIS: case kiln::Op::IOTA: case kiln::Op::RESHAPE: case kiln::Op::PERMUTE:                    \
+  case kiln::Op::EXPAND: case kiln::Op::PAD: case kiln::Op::SHRINK: case kiln::Op::FLIP: case kiln::Op::DEFINE_GLOBAL: \
+  case kiln::Op::DEFINE_LOCAL: case kiln::Op::DEFINE_REG: case kiln::Op::INDEX: case kiln::Op::LOAD:                   \
+  case kiln::Op::STORE: case kiln::Op::RANGE: case kiln::Op::END: case kiln::Op::REDUCE: case kiln::Op::SPECIAL:       \
+  case kiln::Op::BARRIER: case kiln::Op::IF: case kiln::Op::ENDIF: case kiln::Op::VECTORIZE: case kiln::Op::GEP:       \
+  case kiln::Op::CAST: case kiln::Op::BITCAST: case kiln::Op::WHERE
+
   Id alu(const UOpPtr& u, DType in, std::vector<Id> x) {
     kiln::Op o = u->op;
     DType out = u->dtype.scalar_of();
@@ -238,7 +251,8 @@ class SpirvRenderer {
         case kiln::Op::CMPLT: return op(SOp::OpFOrdLessThan, t, {x[0], x[1]});
         case kiln::Op::CMPNE: return op(SOp::OpFUnordNotEqual, t, {x[0], x[1]});
         case kiln::Op::CMPEQ: return op(SOp::OpFOrdEqual, t, {x[0], x[1]});
-        default: fail(u, cat(op_name(o), " is not defined on ", in.name(), " (nor in C)"));
+        case kiln::Op::MOD: case kiln::Op::AND: case kiln::Op::OR: case kiln::Op::XOR: case kiln::Op::SHL: case kiln::Op::SHR:
+        KILN_SPIRV_NOT_REACHING_ALU: fail(u, cat(op_name(o), " is not defined on ", in.name(), " (nor in C)"));
       }
     }
     bool is_signed = is_signed_int(in);
@@ -269,7 +283,10 @@ class SpirvRenderer {
       case kiln::Op::XOR: return op(SOp::OpBitwiseXor, t, {x[0], x[1]});
       case kiln::Op::SHL: return op(SOp::OpShiftLeftLogical, t, {x[0], x[1]});
       case kiln::Op::SHR: return op(is_signed ? SOp::OpShiftRightArithmetic : SOp::OpShiftRightLogical, t, {x[0], x[1]});
-      default: fail(u, cat(op_name(o), " is not defined on ", in.name()));
+      // Float-only ops reach here in double (alu()).
+      case kiln::Op::RECIP: case kiln::Op::SQRT: case kiln::Op::EXP2: case kiln::Op::LOG2: case kiln::Op::SIN:
+      case kiln::Op::TRUNC: case kiln::Op::POW:
+      KILN_SPIRV_NOT_REACHING_ALU: fail(u, cat(op_name(o), " is not defined on ", in.name()));
     }
   }
 
@@ -283,9 +300,14 @@ class SpirvRenderer {
       case kiln::Op::CMPEQ: return op(SOp::OpLogicalEqual, b, {x[0], x[1]});
       case kiln::Op::CMPLT: return op(SOp::OpLogicalAnd, b, {op(SOp::OpLogicalNot, b, {x[0]}), x[1]});
       case kiln::Op::NEG: return x[0];
-      default: fail(u, cat(op_name(o), " is not defined on bool in SPIR-V (nor meaningful in C)"));
+      case kiln::Op::RECIP: case kiln::Op::SQRT: case kiln::Op::EXP2: case kiln::Op::LOG2: case kiln::Op::SIN:
+      case kiln::Op::TRUNC: case kiln::Op::FDIV: case kiln::Op::IDIV: case kiln::Op::MOD: case kiln::Op::POW:
+      case kiln::Op::SHL: case kiln::Op::SHR: case kiln::Op::MULACC:
+      KILN_SPIRV_NOT_REACHING_ALU: fail(u, cat(op_name(o), " is not defined on bool in SPIR-V (nor meaningful in C)"));
     }
   }
+
+#undef KILN_SPIRV_NOT_REACHING_ALU
 
   // --- memory ----------------------------------------------------------------------------------------
 
