@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdint>
 
+#include "frontend/distributed.h"
 #include "frontend/safetensors.h"
 
 namespace kiln {
@@ -55,6 +56,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   meta["rng.seed"] = std::to_string(st.rng[0]);
   meta["rng.counter"] = std::to_string(st.rng[1]);
   meta["scheduler.count"] = std::to_string(st.scheduler_count);
+  // Under mpirun every rank has called opt.state_dict() above (ZeRO-1 gathers it there); rank 0 writes.
+  if (dist::rank() != 0) return;
   save_safetensors(path, tensors, meta);
 }
 
@@ -88,8 +91,13 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model, optim:
       throw Error(kiln::cat("load_checkpoint: ", path, ": optimizer state \"", name.substr(0, 80), "\" is ", t.dtype().name(),
                             " but parameter ", i, " is ", opt.params()[i].dtype().name(), "; write the checkpoint again with --save"));
   }
-  model.load_state_dict(model_state, true);
-  opt.load_state_dict(optim_state, optim_steps);
+  try {
+    model.load_state_dict(model_state, true);
+    opt.load_state_dict(optim_state, optim_steps);
+  } catch (const Error& e) {  // which file, and what to do, beside what did not fit
+    throw Error(kiln::cat("load_checkpoint: ", path, ": ", e.what(), ". The checkpoint does not fit this model and optimizer: resume with the "
+                          "model and options it was saved with, or start without it"));
+  }
   for (auto& [k, v] : meta) st.extra.emplace(k, v);
   Tensor::set_rng_state(st.rng);
   return st;

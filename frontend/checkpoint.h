@@ -4,6 +4,10 @@
 //   TrainingState st = load_checkpoint("run.safetensors", *model, opt);   // also restores the RNG
 //   it.set_state(st.data); sched.set_count(st.scheduler_count);
 //
+// Under mpirun save_checkpoint is a collective (every rank calls it: a ZeRO-1 optimizer gathers its
+// state) and rank 0 writes the file, atomically (temp file + rename). The optimizer state is whole
+// parameters', so the file does not depend on the number of ranks.
+//
 // Resuming from a checkpoint continues bit for bit like a run that was never interrupted: every value
 // that decides the next step is in the file, stored exactly.
 #pragma once

@@ -18,13 +18,16 @@ void use_sync_batch_norm(nn::Module& m) {
   for (const auto& [name, child] : m.named_children()) use_sync_batch_norm(*child);
 }
 
-// Tensors' bytes end to end in one host buffer (they are realized first, all in one schedule).
-std::vector<uint8_t> pack(std::vector<Tensor> tensors) {
+// Tensors' bytes end to end in the In staging buffer (they are realized first, all in one schedule).
+uint8_t* pack(std::vector<Tensor> tensors) {
   realize_all(tensors);
-  std::vector<uint8_t> flat;
+  size_t total = 0;
+  for (const Tensor& t : tensors) total += static_cast<size_t>(t.numel()) * t.dtype().itemsize();
+  uint8_t* flat = mpi::staging(mpi::Slot::In, total);
+  size_t at = 0;
   for (Tensor& t : tensors) {
-    std::vector<uint8_t> bytes = t.to_bytes();
-    flat.insert(flat.end(), bytes.begin(), bytes.end());
+    mpi::read_into(t, flat + at);
+    at += static_cast<size_t>(t.numel()) * t.dtype().itemsize();
   }
   return flat;
 }
@@ -110,17 +113,18 @@ void DistributedDataParallel::sync_gradients() {
     if (members.empty()) continue;
     DType wire = grads[0].dtype();
     mpi::Call call{mpi::Kind::Gradients, static_cast<int64_t>(ReduceOp::Mean), -1, wire, {total}};
-    std::vector<uint8_t> flat;
+    size_t bytes = static_cast<size_t>(total) * wire.itemsize();
+    uint8_t* flat = mpi::staging(mpi::Slot::In, bytes);
     try {
       flat = pack(grads);
     } catch (const std::exception& e) {  // every rank learns of it in agree, instead of waiting
       call.failure = e.what();
     }
     mpi::agree(call);
-    mpi::allreduce(flat.data(), total, wire.scalar, false);
+    mpi::allreduce(flat, total, wire.scalar, false);
     // The mean, computed lazily: the division and the cast fuse into the optimizer's step.
     const Tensor& first = params_[members[0]];
-    Tensor sum = Tensor::from_raw(flat.data(), wire, {total}, first.device());
+    Tensor sum = Tensor::from_raw(flat, wire, {total}, first.device());
     int64_t at = 0;
     for (size_t i : members) {
       Tensor& p = params_[i];
@@ -129,7 +133,7 @@ void DistributedDataParallel::sync_gradients() {
       at += p.numel();
     }
     ++stats_.allreduces;
-    stats_.bytes += static_cast<int64_t>(flat.size());
+    stats_.bytes += static_cast<int64_t>(bytes);
   }
   ++stats_.syncs;
   if (options_.broadcast_buffers) broadcast_buffers();
@@ -141,7 +145,7 @@ void DistributedDataParallel::broadcast_buffers() {
   int64_t total = 0;
   for (const Tensor& b : buffers) total += b.numel() * static_cast<int64_t>(b.dtype().itemsize());
   mpi::Call call{mpi::Kind::Buffers, -1, 0, dtypes::uint8, {total}};
-  std::vector<uint8_t> flat(static_cast<size_t>(total));
+  uint8_t* flat = mpi::staging(mpi::Slot::In, static_cast<size_t>(total));
   if (mpi::world().rank == 0) {
     try {
       flat = pack(buffers);
@@ -150,12 +154,12 @@ void DistributedDataParallel::broadcast_buffers() {
     }
   }
   mpi::agree(call);
-  mpi::broadcast(flat.data(), total, ScalarType::UInt8, 0);
+  mpi::broadcast(flat, total, ScalarType::UInt8, 0);
   if (mpi::world().rank == 0) return;  // its buffers are the source
   NoGradGuard no_grad;
   size_t at = 0;
   for (Tensor& b : buffers) {
-    b.assign(Tensor::from_raw(flat.data() + at, b.dtype(), b.shape(), b.device()));
+    b.assign(Tensor::from_raw(flat + at, b.dtype(), b.shape(), b.device()));
     at += static_cast<size_t>(b.numel()) * b.dtype().itemsize();
   }
 }

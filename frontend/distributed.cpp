@@ -6,7 +6,25 @@
 #include <algorithm>
 #include <array>
 
+#include "devices/device.h"
 #include "frontend/mpi.h"
+#include "frontend/realize.h"
+
+namespace kiln::dist::mpi {
+
+// Tensor::to_bytes's path (realize, then the device copies out), into memory the caller reuses.
+void read_into(Tensor& t, void* dst) {
+  t.realize();
+  if (t.numel() == 0) return;
+  DeviceBuffer& storage = storage_of(t.uop()->src[0]);
+  if (storage.stale())
+    throw Error(cat("dist: this ", shape_str(t.shape()), " ", t.dtype().name(), " tensor's value was overwritten by an inplace operation "
+                    "(Tensor::assign into the memory it shares); pass it to the collective before the assign"));
+  storage.ensure_allocated();
+  storage.device->copy_out(dst, storage.raw, static_cast<size_t>(t.numel()) * t.dtype().itemsize());
+}
+
+}  // namespace kiln::dist::mpi
 
 namespace kiln::dist {
 namespace {
@@ -40,27 +58,29 @@ DType wire_dtype(DType d, ReduceOp op) {
   return d;
 }
 
-// t's bytes as `as`, computed on t's device; a failure is recorded in call.failure (agree reports it).
-std::vector<uint8_t> host_bytes(const Tensor& t, DType as, Call& call) {
+// t's bytes as `as`, computed on t's device, into the In staging buffer; a failure is recorded in
+// call.failure (agree reports it) and leaves the buffer's contents undefined.
+uint8_t* host_bytes(const Tensor& t, DType as, Call& call) {
+  uint8_t* out = mpi::staging(mpi::Slot::In, static_cast<size_t>(t.numel()) * as.itemsize());
   try {
     Tensor x = as == t.dtype() ? t : t.cast(as);
-    return x.to_bytes();
+    mpi::read_into(x, out);
   } catch (const std::exception& e) {  // reported to every rank by agree, so that none waits for this one
     call.failure = e.what();
-    return {};
   }
+  return out;
 }
 
 // A reduction under way: the call every rank agreed on, and t's bytes in the dtype it is reduced in.
 struct Reduction {
   Call call;
   DType wire;
-  std::vector<uint8_t> bytes;
+  uint8_t* bytes;  // the In staging buffer
   bool max;  // MPI_MAX (Max, and Sum of bools: a logical or), else MPI_SUM
 };
 
 Reduction start_reduction(Kind kind, const Tensor& t, ReduceOp op) {
-  Reduction r{Call(kind, static_cast<int64_t>(op), -1, t.dtype(), t.shape()), wire_dtype(t.dtype(), op), {},
+  Reduction r{Call(kind, static_cast<int64_t>(op), -1, t.dtype(), t.shape()), wire_dtype(t.dtype(), op), nullptr,
               op == ReduceOp::Max || is_bool(t.dtype())};
   r.bytes = host_bytes(t, r.wire, r.call);
   agree(r.call);
@@ -72,8 +92,8 @@ Reduction start_reduction(Kind kind, const Tensor& t, ReduceOp op) {
 
 // A reduced wire buffer back to a tensor of the input's dtype on its device: Mean divides by the
 // world size (integers truncate toward zero), bool takes any non-zero as true.
-Tensor finish_reduction(const std::vector<uint8_t>& bytes, DType wire, Shape shape, const Tensor& like, ReduceOp op) {
-  Tensor out = Tensor::from_raw(bytes.data(), wire, std::move(shape), like.device());
+Tensor finish_reduction(const uint8_t* bytes, DType wire, Shape shape, const Tensor& like, ReduceOp op) {
+  Tensor out = Tensor::from_raw(bytes, wire, std::move(shape), like.device());
   if (op == ReduceOp::Mean) {
     double n = world().size;
     out = is_float(wire) ? out / n : out.div(Tensor::full({}, n, wire, like.device()), "trunc").cast(wire);
@@ -115,28 +135,27 @@ void barrier() {
 Tensor allreduce(const Tensor& t, ReduceOp op) {
   auto lock = mpi::enter("allreduce");
   Reduction r = start_reduction(Kind::Allreduce, t, op);
-  mpi::allreduce(r.bytes.data(), t.numel(), r.wire.scalar, r.max);
+  mpi::allreduce(r.bytes, t.numel(), r.wire.scalar, r.max);
   return finish_reduction(r.bytes, r.wire, t.shape(), t, op);
 }
 
 Tensor broadcast(const Tensor& t, int root) {
   auto lock = mpi::enter("broadcast");
   Call call{Kind::Broadcast, -1, root, t.dtype(), t.shape()};
-  std::vector<uint8_t> bytes;
-  if (root == world().rank) bytes = host_bytes(t, t.dtype(), call);
+  uint8_t* bytes = root == world().rank ? host_bytes(t, t.dtype(), call)
+                                        : mpi::staging(mpi::Slot::In, static_cast<size_t>(t.numel()) * t.dtype().itemsize());
   agree(call);
   if (root < 0 || root >= world().size)
     throw Error(cat(where(call), ": root ", root, " is not a rank; use 0 <= root < ", world().size));
-  bytes.resize(static_cast<size_t>(t.numel()) * t.dtype().itemsize());
-  mpi::broadcast(bytes.data(), t.numel(), t.dtype().scalar, root);
-  return Tensor::from_raw(bytes.data(), t.dtype(), t.shape(), t.device());
+  mpi::broadcast(bytes, t.numel(), t.dtype().scalar, root);
+  return Tensor::from_raw(bytes, t.dtype(), t.shape(), t.device());
 }
 
 Tensor allgather(const Tensor& t) {
   auto lock = mpi::enter("allgather");
   Shape mine = t.ndim() == 0 ? Shape{1} : t.shape();
   Call call{Kind::Allgather, -1, -1, t.dtype(), mine};
-  std::vector<uint8_t> bytes = host_bytes(t, t.dtype(), call);
+  uint8_t* bytes = host_bytes(t, t.dtype(), call);
   std::vector<Shape> shapes = agree(call, true);
   int64_t row = row_elements(mine), rows = 0;
   std::vector<int64_t> counts;
@@ -144,9 +163,9 @@ Tensor allgather(const Tensor& t) {
     counts.push_back(s[0] * row);
     rows += s[0];
   }
-  std::vector<uint8_t> out(static_cast<size_t>(rows * row) * t.dtype().itemsize());
-  mpi::allgather(bytes.data(), counts, t.dtype().scalar, out.data());
-  return Tensor::from_raw(out.data(), t.dtype(), rows_of(mine, rows), t.device());
+  uint8_t* out = mpi::staging(mpi::Slot::Out, static_cast<size_t>(rows * row) * t.dtype().itemsize());
+  mpi::allgather(bytes, counts, t.dtype().scalar, out);
+  return Tensor::from_raw(out, t.dtype(), rows_of(mine, rows), t.device());
 }
 
 std::pair<int64_t, int64_t> scatter_rows(int64_t rows, int rank, int world) {
@@ -163,8 +182,8 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
   std::vector<int64_t> counts;
   for (int rank = 0; rank < w.size; ++rank) counts.push_back(scatter_rows(rows, rank, w.size).second * row);
   int64_t mine = scatter_rows(rows, w.rank, w.size).second;
-  std::vector<uint8_t> out(static_cast<size_t>(mine * row) * r.wire.itemsize());
-  mpi::reduce_scatter(r.bytes.data(), out.data(), counts, r.wire.scalar, r.max);
+  uint8_t* out = mpi::staging(mpi::Slot::Out, static_cast<size_t>(mine * row) * r.wire.itemsize());
+  mpi::reduce_scatter(r.bytes, out, counts, r.wire.scalar, r.max);
   return finish_reduction(out, r.wire, rows_of(t.shape(), mine), t, op);
 }
 

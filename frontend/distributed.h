@@ -185,7 +185,9 @@ class DistributedDataParallel {
 // - The parts are a copy of 1/world of the parameters (DeepSpeed's stage 1 keeps such a partition too).
 // - In a world of one the part is the whole flat vector and nothing is communicated: the parameters
 //   take exactly the values the wrapped optimizer alone gives them (its update is elementwise).
-// - state_dict()/load_state_dict() are this rank's part of the state (the wrapped optimizer's, keyed by part).
+// - state_dict() gathers the whole state, keyed by parameter as the wrapped optimizer alone keys it (a
+//   collective: every rank calls it), so a checkpoint does not depend on the number of ranks;
+//   load_state_dict() takes that form and keeps this rank's part.
 using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> parts)>;
 
 class ZeroRedundancyOptimizer : public optim::Optimizer {
@@ -193,7 +195,7 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   ZeroRedundancyOptimizer(std::vector<Tensor> params, const OptimizerFactory& make_optimizer);
 
   void step(std::vector<Tensor> also_realize = {}) override;
-  std::map<std::string, Tensor> state_dict() const override { return local_->state_dict(); }
+  std::map<std::string, Tensor> state_dict() const override;  // a collective: every rank calls it
   void load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps) override;
   size_t state_bytes() const override { return local_->state_bytes(); }  // this rank's
   // The wrapped optimizer over this rank's parts (one per dtype and device family this rank holds

@@ -16,6 +16,10 @@
 #include "schedule/shape.h"
 #include "uop/dtype.h"
 
+namespace kiln {
+class Tensor;
+}
+
 namespace kiln::dist::mpi {
 
 struct World {
@@ -28,11 +32,21 @@ const World& world();  // loads MPI on first use; throws Error when mpirun start
 // (MPI_THREAD_SERIALIZED). Reentrant: DDP's entries call the collectives' entries.
 std::unique_lock<std::recursive_mutex> enter(const char* name);
 
+// Host memory for the collectives' data, reused from call to call: on these machines the first touch
+// of fresh memory costs ~15 us per 4 KiB page (NOTES.md), ~10 ms for 4 MiB, far more than the
+// collective itself. Two buffers (a call's input and its output), each grown to the largest call so far
+// and kept for the life of the process; `bytes` of it stay valid until the next call asking for the same
+// slot. Callers hold enter()'s lock.
+enum class Slot { In, Out };
+uint8_t* staging(Slot slot, size_t bytes);
+// A realized tensor's bytes written to `dst` (Tensor::to_bytes without its fresh vector); distributed.cpp.
+void read_into(Tensor& t, void* dst);
+
 // Collectives on host memory: `count` elements of scalar type s (bool moves as uint8 and float16/bfloat16
 // as uint16, so only integers and float32/64 may be reduced). max: MPI_MAX, else MPI_SUM. Element
 // counts beyond MPI's int are split into several calls where the collective allows (allreduce,
 // broadcast), else an Error.
-void allreduce(void* data, int64_t count, ScalarType s, bool max);  // in place
+void allreduce(void* data, int64_t count, ScalarType s, bool max);  // in place (MPI_IN_PLACE: no copy)
 void broadcast(void* data, int64_t count, ScalarType s, int root);
 // Every rank's `counts[rank]` elements at `mine`, laid end to end in rank order at `out`.
 void allgather(const void* mine, const std::vector<int64_t>& counts, ScalarType s, void* out);

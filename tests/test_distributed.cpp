@@ -120,6 +120,31 @@ std::vector<double> flat_values(const nn::Module& m) {
   return out;
 }
 
+// An optimizer's state_dict as "key shape" names and values, in key order.
+std::pair<std::vector<std::string>, std::vector<double>> flat_state(const std::map<std::string, Tensor>& state) {
+  std::pair<std::vector<std::string>, std::vector<double>> out;
+  for (const auto& [key, t] : state) {
+    out.first.push_back(cat(key, " ", shape_str(t.shape())));
+    std::vector<double> v = values(t);
+    out.second.insert(out.second.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// A ZeRO-1 optimizer's state_dict against a plain one's: the same keys and shapes, the same values.
+void check_same_state(const optim::Optimizer& zero, const optim::Optimizer& plain) {
+  auto [keys, state] = flat_state(zero.state_dict());
+  auto [ref_keys, ref_state] = flat_state(plain.state_dict());
+  CHECK(keys == ref_keys);
+  CHECK(first_difference(state, ref_state, 1e-6) == "");
+}
+
+// `to` (another model and optimizer) takes `from`'s parameters and optimizer state.
+void resume_from(nn::Module& to, optim::Optimizer& to_opt, const nn::Module& from, const optim::Optimizer& from_opt) {
+  to.load_state_dict(from.state_dict(), true);
+  to_opt.load_state_dict(from_opt.state_dict(), from_opt.steps());
+}
+
 }  // namespace
 
 // --- a world of one rank --------------------------------------------------------------------------------
@@ -409,6 +434,26 @@ TEST_CASE("zero: in a world of one, ZeRO-1 gives the wrapped optimizer's paramet
       CHECK(sgd_opt.state_bytes() == 67 * 4);
     });
   }
+}
+
+TEST_CASE("zero: in a world of one, state_dict is the wrapped optimizer's alone (whole parameters), and loading it resumes exactly",
+          "[distributed]") {
+  auto [x, y] = data({6, 4}, 12);
+  auto ref = mlp(32), net = mlp(32), resumed = mlp(33);
+  optim::AdamW ref_opt(ref->parameters(), 0.01, 0.9, 0.999, 1e-8, 0.05);
+  dist::ZeroRedundancyOptimizer opt(net->parameters(), adamw(0.01)), resumed_opt(resumed->parameters(), adamw(0.01));
+  CHECK(opt.state_dict().empty());  // Adam has no moments before its first step
+  train(*ref, ref_opt, x, y, 3);
+  train(*net, opt, x, y, 3);
+  check_same_state(opt, ref_opt);
+  // A model and optimizer built from another seed take the state, then step as the original does.
+  resume_from(*resumed, resumed_opt, *net, opt);
+  resumed_opt.lr = opt.lr;  // train()'s StepLR halved it
+  train(*net, opt, x, y, 2);
+  train(*resumed, resumed_opt, x, y, 2);
+  CHECK(first_difference(flat_values(*resumed), flat_values(*net)) == "");
+  CHECK_THROWS_WITH(resumed_opt.load_state_dict({{"exp_avg.0", Tensor::zeros({3})}}, 1),
+                    Contains("entry \"exp_avg.0\" (3,) does not fit any of the 4 parameters") && Contains("same parameters"));
 }
 
 TEST_CASE("zero: parameters are partitioned per dtype and device, end to end; bad factories are errors", "[distributed]") {
@@ -735,4 +780,30 @@ TEST_CASE("mpi: ZeRO-1 under ddp gives plain data parallel's parameters (REF: ex
       CHECK(ref_opt.state_bytes() == 2 * 67 * 4);
     });
   }
+}
+
+TEST_CASE("mpi: ZeRO-1's state_dict gathers every rank's part into whole parameters: plain data parallel's state", "[.mpi]") {
+  int world = dist::world_size(), me = dist::rank();
+  const int64_t m = 3;
+  auto [x, y] = data({m * world, 4}, 24);
+  Tensor mx = x.slice(0, me * m, (me + 1) * m), my = y.slice(0, me * m, (me + 1) * m);
+  auto ref = mlp(41), net = mlp(41), resumed = mlp(42);
+  dist::DistributedDataParallel ref_ddp(ref), ddp(net), resumed_ddp(resumed);
+  optim::AdamW ref_opt(ref->parameters(), 0.01, 0.9, 0.999, 1e-8, 0.05);
+  dist::ZeroRedundancyOptimizer opt(net->parameters(), adamw(0.01)), resumed_opt(resumed->parameters(), adamw(0.01));
+  auto steps = [&](dist::DistributedDataParallel& d, optim::Optimizer& o, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      d.backward(nn::mse_loss(d(mx), my));
+      o.step();
+      o.zero_grad();
+    }
+  };
+  steps(ref_ddp, ref_opt, 3);
+  steps(ddp, opt, 3);
+  check_same_state(opt, ref_opt);
+  // Loaded into another model's ZeRO-1 optimizer, the state continues as the original.
+  resume_from(*resumed, resumed_opt, *net, opt);
+  steps(ddp, opt, 2);
+  steps(resumed_ddp, resumed_opt, 2);
+  CHECK(first_difference(flat_values(*resumed), flat_values(*net)) == "");
 }

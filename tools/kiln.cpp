@@ -121,8 +121,11 @@ Run setup_train(CLI::App& command) {
   command.add_option("--lr", o->lr, "peak learning rate of AdamW (warmup, then cosine decay)")->capture_default_str();
   command.add_option("--seed", o->seed, "seed of the initialization, the shuffling and dropout")->capture_default_str();
   command.add_option("--steps", o->max_steps, "stop after this many steps in total (default: all epochs)");
-  command.add_option("--save", o->save, "write a checkpoint (model, optimizer, step, data position, RNG) at the end");
-  command.add_option("--resume", o->resume, "continue from a checkpoint written by --save");
+  command.add_option("--save", o->save,
+                     "write a checkpoint (model, optimizer, step, data position, RNG) at the end, atomically (temp file + rename); "
+                     "under mpirun rank 0 writes it");
+  command.add_option("--save-every", o->save_every, "also commit the --save checkpoint every N steps (replacing the last one)");
+  command.add_option("--resume", o->resume, "continue from a checkpoint written by --save, with the same or another number of MPI ranks");
   command.add_flag("!--no-eval", o->eval, "skip the test-set evaluation");
   command.add_flag("--zero", o->zero, "partition AdamW's moments across the MPI ranks (ZeRO-1) and print the optimizer state per rank");
   command.add_flag("!--no-jit", o->jit, "run every step eagerly instead of capturing it once and replaying it (as KILN_JIT=0)");

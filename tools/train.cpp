@@ -143,12 +143,8 @@ void run_train(const TrainOptions& o) {
   const bool main_rank = dist::is_main();
   if (o.batch_size % world != 0)
     throw Error(kiln::cat("train: --batch-size ", o.batch_size, " does not split over ", world, " ranks; give a multiple of ", world));
-  if (world > 1 && !o.save.empty())
-    throw Error("train: --save under mpirun is not implemented yet: a checkpoint would hold only rank 0's data position, "
-                "which counts within its shard (issue 13's committed state); train without --save, or in one process");
-  if (world > 1 && !o.resume.empty())
-    throw Error("train: --resume under mpirun is not implemented yet (restart from committed state with a changed number of "
-                "ranks is issue 13's next step); resume in one process");
+  if (o.save_every < 0 || (o.save_every > 0 && o.save.empty()))
+    throw Error(kiln::cat("train: --save-every ", o.save_every, " needs a positive number of steps and a --save FILE to commit the checkpoint to"));
   Tensor::manual_seed(o.seed);
   auto model = make_mnist_cnn();
   std::optional<dist::DistributedDataParallel> ddp;
@@ -162,11 +158,24 @@ void run_train(const TrainOptions& o) {
   int64_t per_epoch = batches.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps >= 0) total = std::min(total, o.max_steps);
-  optim::WarmupCosineLR schedule(opt, std::min<int64_t>(100, std::max<int64_t>(total / 10, 1)), std::max<int64_t>(o.epochs * per_epoch, 2));
+  // The schedule is the planned run's (all epochs), not cut to --steps: a run stopped early and resumed
+  // takes the same learning rates as one that was never stopped.
+  int64_t planned = o.epochs * per_epoch;
+  optim::WarmupCosineLR schedule(opt, std::min<int64_t>(100, std::max<int64_t>(planned / 10, 1)), std::max<int64_t>(planned, 2));
   int64_t step = 0;
   if (!o.resume.empty()) {
     TrainingState st = load_checkpoint(o.resume, *model, opt);
     step = st.step;
+    // The data position counts global samples (steps x global batch): the shard is interleaved, so the
+    // first P samples of the epoch's order are the ones consumed whatever the number of ranks.
+    auto saved_batch = st.extra.find("batch_size");
+    if (saved_batch != st.extra.end() && saved_batch->second != std::to_string(o.batch_size))
+      throw Error(kiln::cat("train: --resume '", o.resume, "' was saved with --batch-size ", saved_batch->second.substr(0, 20), ", this run has ",
+                            o.batch_size, "; resume with --batch-size ", saved_batch->second.substr(0, 20), " (the global batch, whatever the ranks)"));
+    if (st.data.position % world != 0)
+      throw Error(kiln::cat("train: --resume '", o.resume, "': its data position ", st.data.position, " does not split over ", world,
+                            " ranks; resume with a number of ranks that divides --batch-size ", o.batch_size));
+    st.data.position /= world;
     try {
       batches.set_state(st.data);
     } catch (const Error& e) {
@@ -176,6 +185,15 @@ void run_train(const TrainOptions& o) {
     schedule.set_count(st.scheduler_count);
     if (main_rank) std::cerr << "kiln: train: resumed " << o.resume << " at step " << step << " (epoch " << st.data.epoch + 1 << ")\n";
   }
+  // Commits a checkpoint: every rank calls it (ZeRO-1 gathers the optimizer's state), rank 0 writes it
+  // to a temp file and renames it over o.save, so the file is always a whole checkpoint.
+  auto commit = [&](int64_t at_step) {
+    BatchIterator::State data = batches.state();
+    data.position *= world;
+    save_checkpoint(o.save, *model, opt,
+                    {at_step, data, Tensor::rng_state(), schedule.count(), {{"dataset", o.dataset}, {"batch_size", std::to_string(o.batch_size)}}});
+    if (main_rank) std::cerr << "\nkiln: train: saved " << o.save << " (step " << at_step << ")\n";
+  };
   if (main_rank)
     std::cerr << "kiln: train: " << (o.dataset == "fashion" ? "Fashion-MNIST" : "MNIST") << ", " << train_x.shape[0] << " training images, "
               << o.epochs << " epochs of " << per_epoch << " steps (batch " << o.batch_size << "), device "
@@ -209,6 +227,7 @@ void run_train(const TrainOptions& o) {
     Tensor loss = o.jit && !ddp ? jit(batch)[0] : train_step(batch)[0];
     schedule.step();
     ++step;
+    if (o.save_every > 0 && step % o.save_every == 0 && step < total) commit(step);
     // Every rank's loss is of its part of the batch: their mean is the global batch's.
     float value = ddp ? static_cast<float>(dist::reduce_metric(loss.item<float>())) : loss.item<float>();
     if (!std::isfinite(value))
@@ -238,15 +257,10 @@ void run_train(const TrainOptions& o) {
     }
   }
   double train_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (!main_rank) {
-    // The same model on every rank (its gradients were averaged): rank 0 saves, evaluates and prints.
-    return;
-  }
+  if (!o.save.empty()) commit(step);
+  // The same model on every rank (its gradients were averaged): rank 0 evaluates and prints.
+  if (!main_rank) return;
   std::cerr << "\nkiln: train: " << step - first_step << " steps in " << duration(train_seconds) << "\n";
-  if (!o.save.empty()) {
-    save_checkpoint(o.save, *model, opt, {step, batches.state(), Tensor::rng_state(), schedule.count(), {{"dataset", o.dataset}}});
-    std::cerr << "kiln: train: saved " << o.save << " (step " << step << ")\n";
-  }
   if (step == first_step) std::cout << "no training steps run: the checkpoint is at step " << step << " of " << total << "\n";
   else std::cout << "final training loss (smoothed): " << std::fixed << std::setprecision(4) << smoothed << "\n";
   if (!o.eval) return;

@@ -17,6 +17,7 @@ struct TrainOptions {
   uint64_t seed = 0;
   int64_t max_steps = -1;           // stop after this many steps in total (for tests and quick runs)
   std::string save, resume;         // checkpoint paths
+  int64_t save_every = 0;           // also commit --save every this many steps (0: only at the end)
   bool eval = true;
   bool jit = true;                  // capture the step once and replay it (kiln::Jit); --no-jit runs it eagerly
   bool zero = false;                // ZeRO-1: AdamW's state partitioned across the MPI ranks (dist::ZeroRedundancyOptimizer)
