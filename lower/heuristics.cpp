@@ -142,8 +142,9 @@ int64_t pow2_divisor(int64_t n, int64_t cap) {
 
 namespace {
 
-// What the heuristics decide on, and what they have decided so far.
+// What the heuristics decide on, what they have decided so far, and the three stages that decide it.
 struct Plan {
+  const DeviceSpec& spec;
   UOpPtr sink;
   std::vector<Axis> axes;
   std::vector<int> outputs;          // the output axes, in order
@@ -153,18 +154,15 @@ struct Plan {
   int last_reduce = 0;               // the last axis (a reduce axis when the kernel reduces)
   std::optional<int> tile_vector;    // a register tile's vector axis
   std::optional<int> gather_vector;  // an elementwise kernel's vector axis whose loads gather across pages
+
+  void tile_opts();
+  void gpu_launch_opts();
+  void cpu_launch_opts();
 };
 
 // The register tile, vector lanes and unrolls (for both styles of device; the rules only for CPUs, whose
 // compiler vectorizes inner loops, say so).
-void tile_opts(Plan& p, const DeviceSpec& spec) {
-  const UOpPtr& sink = p.sink;
-  const std::vector<Axis>& axes = p.axes;
-  const std::vector<int>& outputs = p.outputs;
-  std::vector<int64_t>& remaining = p.remaining;
-  std::vector<Opt>& opts = p.opts;
-  const bool reduces = p.reduces;
-  const int last_reduce = p.last_reduce;
+void Plan::tile_opts() {
   // UNROLL of a reduce axis by the first amount that leaves it at least two steps.
   auto unroll_by_first = [&](int axis, std::initializer_list<int64_t> amounts) {
     for (int64_t amount : amounts)
@@ -315,8 +313,8 @@ void tile_opts(Plan& p, const DeviceSpec& spec) {
       remaining[last] /= 8;
       tile_rows = 1;
     }
-    if (vector && tile_rows > 0) p.tile_vector = last;
-    if (vector && !reduces && gathers_across_pages(sink, r)) p.gather_vector = last;
+    if (vector && tile_rows > 0) tile_vector = last;
+    if (vector && !reduces && gathers_across_pages(sink, r)) gather_vector = last;
     // A transpose: some load gathers the vector's lanes, but walks another output axis contiguously.
     // Eight copies of the vector along that axis read each gathered line from L1 (16 lanes from 16
     // lines, then the next 7 vectors from the same lines) instead of one float per line per pass:
@@ -366,14 +364,7 @@ void tile_opts(Plan& p, const DeviceSpec& spec) {
 
 // GPU-style launch: work-items per workgroup along the innermost output loops, and a reduction shared by
 // a group of them when there are few outputs.
-void gpu_launch_opts(Plan& p, const DeviceSpec& spec) {
-  const UOpPtr& sink = p.sink;
-  const std::vector<Axis>& axes = p.axes;
-  const std::vector<int>& outputs = p.outputs;
-  std::vector<int64_t>& remaining = p.remaining;
-  std::vector<Opt>& opts = p.opts;
-  const bool reduces = p.reduces;
-  const int last_reduce = p.last_reduce;
+void Plan::gpu_launch_opts() {
   int64_t budget = std::min<int64_t>(spec.max_local, 256);
   // Few outputs and a long reduction: work-items share each reduction (GROUPTOP below, interleaved
   // so neighbouring work-items read neighbouring elements), leaving fewer for the outputs.
@@ -410,11 +401,8 @@ void gpu_launch_opts(Plan& p, const DeviceSpec& spec) {
 }
 
 // CPU-style launch: one output axis split over the device's threads, when the kernel is big enough.
-void cpu_launch_opts(Plan& p, const DeviceSpec& spec) {
-  if (spec.threads <= 1 || total_iterations(p.sink) < kMinThreadedWork) return;
-  const std::vector<int64_t>& remaining = p.remaining;
-  const std::optional<int>& tile_vector = p.tile_vector;
-  const std::optional<int>& gather_vector = p.gather_vector;
+void Plan::cpu_launch_opts() {
+  if (spec.threads <= 1 || total_iterations(sink) < kMinThreadedWork) return;
   // Threads split their axis into outermost blocks. A register tile's vector axis, split that way,
   // keeps each thread's panel of vector loads (B of a matmul: K x 32 floats) in its own cache while
   // it walks the rows (matmul 1024^3, 2 cores: 206 -> 284 GFLOP/s); given enough blocks per thread.
@@ -423,10 +411,10 @@ void cpu_launch_opts(Plan& p, const DeviceSpec& spec) {
   // own rows of the source, fewer pages than the TLB holds: split along the outer axis, every thread
   // gathered from all rows at each step (a 128x9216 weight transposed, 2 cores: 1.44 -> 0.24 ms, the
   // split BEAM picks). Not for gathers within a page (a strided conv's phases: 40% slower split so).
-  int axis = p.outputs.front();
+  int axis = outputs.front();
   if (tile_vector && remaining[*tile_vector] >= 4 * spec.threads) axis = *tile_vector;
   if (gather_vector && remaining[*gather_vector] >= 2 * spec.threads) axis = *gather_vector;
-  p.opts.push_back({OptOp::THREAD, axis, 0});
+  opts.push_back({OptOp::THREAD, axis, 0});
 }
 
 }  // namespace
@@ -453,15 +441,15 @@ void cpu_launch_opts(Plan& p, const DeviceSpec& spec) {
 //   rest of a 256 budget.
 std::vector<Opt> heuristic_opts(const UOpPtr& ast, const DeviceSpec& spec) {
   KernelAxes k = kernel_axes(ast, spec);
-  Plan p{k.sink, k.axes, {}, {}, {}, has_reduce(k.sink), static_cast<int>(k.axes.size()) - 1, {}, {}};
+  Plan p{spec, k.sink, k.axes, {}, {}, {}, has_reduce(k.sink), static_cast<int>(k.axes.size()) - 1, {}, {}};
   for (size_t i = 0; i < p.axes.size(); ++i) {
     if (p.axes[i].kind == AxisKind::Output) p.outputs.push_back(static_cast<int>(i));
     p.remaining.push_back(p.axes[i].range->end()->vmax());
   }
   if (p.outputs.empty()) return {};
-  tile_opts(p, spec);
-  if (is_gpu(spec)) gpu_launch_opts(p, spec);
-  else cpu_launch_opts(p, spec);
+  p.tile_opts();
+  if (is_gpu(spec)) p.gpu_launch_opts();
+  else p.cpu_launch_opts();
   return p.opts;
 }
 
