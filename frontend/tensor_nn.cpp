@@ -114,6 +114,12 @@ namespace {
 // vector of them per input value), else its output pixels (see Tensor::conv2d).
 constexpr int64_t kMinChannelsInnermost = 8;
 
+// A conv's padded input, stored when its output has too few channels per group to keep them innermost:
+// then the conv runs along rows of pixels, where a padded view would be masked lane by lane.
+Tensor conv_input(const Tensor& padded, int64_t out_channels_per_group, bool pads) {
+  return out_channels_per_group < kMinChannelsInnermost && pads ? padded.contiguous() : padded;
+}
+
 // Pads (amount > 0) or crops (amount < 0) each end of each axis.
 Tensor pad_or_crop(const Tensor& x, const Pairs& amounts) {
   Pairs pad, crop;
@@ -178,9 +184,8 @@ Tensor conv2d_input_grad_phases(const Tensor& g, const Tensor& weight, const Sha
   if (phases.empty()) return Tensor::zeros(input, g.dtype(), g.device());
   // One padded g that each phase views a window of. With few channels per group the phases' convs run
   // along rows of pixels, where a padded view is masked lane by lane: they read one stored copy instead.
-  Tensor padded = g.pad({{0, 0}, {0, 0}, {before[0], after[0]}, {before[1], after[1]}});
-  if (c / groups < kMinChannelsInnermost && (before != std::array<int64_t, 2>{} || after != std::array<int64_t, 2>{}))
-    padded = padded.contiguous();
+  Tensor padded = conv_input(g.pad({{0, 0}, {0, 0}, {before[0], after[0]}, {before[1], after[1]}}), c / groups,
+                             before != std::array<int64_t, 2>{} || after != std::array<int64_t, 2>{});
   std::optional<Tensor> total;
   for (const Phase& p : phases) {
     Pairs window{{0, n}, {0, g.shape()[1]}};
@@ -213,9 +218,8 @@ Tensor conv2d_input_grad(const Tensor& g, const Tensor& weight, const Shape& inp
     int64_t covered = (i == 0 ? oh - 1 : ow - 1) * stride[i] + span + 1;  // padded input positions the windows reach
     amounts.push_back({span - padding[i], span - padding[i] + size[i] + 2 * padding[i] - covered});
   }
-  Tensor padded = pad_or_crop(d, amounts);
   bool pads = std::any_of(amounts.begin(), amounts.end(), [](const std::pair<int64_t, int64_t>& a) { return a.first > 0 || a.second > 0; });
-  if (input[1] / groups < kMinChannelsInnermost && pads) padded = padded.contiguous();  // as conv2d does with its padding
+  Tensor padded = conv_input(pad_or_crop(d, amounts), input[1] / groups, pads);
   return padded.conv2d(flipped_for_input_grad(weight, groups), std::nullopt, {1, 1}, {0, 0}, dilation, groups);
 }
 
@@ -234,9 +238,7 @@ Tensor Tensor::conv2d(const Tensor& weight, std::optional<Tensor> bias, std::arr
   int64_t r = weight.shape()[2], s = weight.shape()[3];
   int64_t kg = k / groups;
   bool channels_inner = kg >= kMinChannelsInnermost;
-  Tensor x = pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}});
-  // Along rows of pixels a padded view is masked lane by lane: with few channels, read a padded copy.
-  if (!channels_inner && (padding[0] > 0 || padding[1] > 0)) x = x.contiguous();
+  Tensor x = conv_input(pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}}), kg, padding[0] > 0 || padding[1] > 0);
   Tensor win = x.windows({r, s}, stride, dilation);  // (N, C, OH, OW, R, S)
   int64_t oh = win.shape()[2], ow = win.shape()[3];
   DType d = promote_types(dtype(), weight.dtype());
