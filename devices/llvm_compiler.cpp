@@ -166,7 +166,7 @@ class LlvmCompiler : public HostCompiler {
     // The name the C path gives the same machine: clang names it "x86-64" plus features (NOTES.md).
     arch_ = cpu_ == "x86-64" ? x86_64_level(split_features(features_)) : cpu_;
     identity_ = cat("LLVM 14 in-process (O2, ", cpu_, ", contract, no fast-math)");
-    fingerprint_ = cat(identity_, '\n', triple_, '\n', features_);
+    fingerprint_ = cat(identity_, '\n', triple_, '\n', features_, "\nO2, no loop unrolling");  // what build() runs
     if (LLVMErrorRef e = l.LLVMOrcCreateLLJIT(&jit_, nullptr)) throw Error(cat("LLVM's LLJIT: ", take_message(e)));
     // Symbols the kernels call (sinf, log2f, ...) resolve in the process, as the C path's libm link does.
     LLVMOrcDefinitionGeneratorRef generator = nullptr;
@@ -255,7 +255,11 @@ std::vector<uint8_t> LlvmCompiler::build(const std::string& source, const std::s
   LLVMPassBuilderOptionsRef options = l.LLVMCreatePassBuilderOptions();
   l.LLVMPassBuilderOptionsSetLoopVectorization(options, 1);
   l.LLVMPassBuilderOptionsSetSLPVectorization(options, 1);
-  l.LLVMPassBuilderOptionsSetLoopUnrolling(options, 1);
+  // No loop unrolling: kiln's opts unroll (UPCAST, UNROLL) and the search times the kernel they describe.
+  // LLVM's unroller on top multiplied the body of a register-tiled candidate again and took seconds (a
+  // conv search's round compiled 1.1 candidates/s with it, 1.9-2.5 without); the heuristics' kernels ran
+  // as fast either way (`kiln bench sweep --quick`, interleaved, within this machine's noise).
+  l.LLVMPassBuilderOptionsSetLoopUnrolling(options, 0);
   l.LLVMPassBuilderOptionsSetLoopInterleaving(options, 1);
   LLVMErrorRef passes = l.LLVMRunPasses(module, "default<O2>", machine, options);
   l.LLVMDisposePassBuilderOptions(options);

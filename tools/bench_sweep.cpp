@@ -146,6 +146,10 @@ void run_bench_sweep(const BenchOptions& options) {
   std::vector<SweepCase> cases;
   add_matmuls(cases, options.quick);
   add_convs(cases, options.quick);
+  if (!options.only.empty()) {
+    std::erase_if(cases, [&](const SweepCase& c) { return (c.group + " " + c.name).find(options.only) == std::string::npos; });
+    if (cases.empty()) throw Error(cat("kiln bench sweep --only ", options.only, ": no case matches (a group and name, e.g. \"conv dx N8\")"));
+  }
   struct Row {
     const SweepCase* c;
     double gflops, pct, peak;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "lower/renderers/llvm_ir.h"
 
 #include <bit>
@@ -376,6 +377,18 @@ class Renderer {
     return emit(cat("bitcast ", scalar, "* ", element, " to ", memory_type(value), "*"));
   }
 
+  // A stack slot of type t holding the constant c (one per type and value), for branch-free gated loads.
+  std::string slot_holding(const UOpPtr& c, DType t) {
+    std::string mem = memory_type(t), value = literal(c->const_value(), t);
+    std::string& slot = slots_[cat(mem, " ", value)];
+    if (slot.empty()) {
+      slot = cat("%slot", counter_++);
+      allocas_ << "  " << slot << " = alloca " << mem << ", align 64\n";
+      prologue_ << "  store " << mem << " " << value << ", " << mem << "* " << slot << "\n";
+    }
+    return slot;
+  }
+
   std::string load(const UOpPtr& u) {
     DType t = u->dtype;
     std::string mem = memory_type(t);
@@ -448,6 +461,15 @@ class Renderer {
           names_[u.get()] = load(u);
           return;
         }
+        if (u->src[1]->op == Op::CONST && !is_bool(u->dtype)) {
+          // Branch-free: a gated-off lane reads a stack slot holding the alternative instead of the
+          // buffer. A conv's padded taps made hundreds of if/phi diamonds in one block, and LLVM's jump
+          // threading and induction-variable passes took seconds over them.
+          std::string mem = memory_type(u->dtype), p = address(u->src[0], u->dtype);
+          std::string safe = emit(cat("select i1 ", name(u->src[2]), ", ", mem, "* ", p, ", ", mem, "* ", slot_holding(u->src[1], u->dtype)));
+          names_[u.get()] = emit(cat("load ", mem, ", ", mem, "* ", safe, ", align ", bits(u->dtype.scalar) / 8));
+          return;
+        }
         std::string alt = name(u->src[1]), from = block_;
         auto [then, after] = branch_on(u->src[2]);
         open_block(then);
@@ -489,6 +511,13 @@ class Renderer {
       }
       case Op::VECTORIZE: {
         std::string t = type_of(u->dtype), v = "undef";
+        if (std::all_of(u->src.begin(), u->src.end(), [&](const UOpPtr& s) { return s == u->src[0]; })) {
+          // A broadcast: LLVM's splat idiom, two instructions instead of one insertelement per lane (16
+          // per broadcast made the IR of a register-tiled conv 8x longer and its passes seconds long).
+          std::string one = emit(cat("insertelement ", t, " undef, ", typed(u->src[0]), ", i32 0"));
+          names_[u.get()] = emit(cat("shufflevector ", t, " ", one, ", ", t, " undef, <", u->src.size(), " x i32> zeroinitializer"));
+          return;
+        }
         for (size_t i = 0; i < u->src.size(); ++i) {
           std::string lane = typed(u->src[i]);
           v = emit(cat("insertelement ", t, " ", v, ", ", lane, ", i32 ", i));
@@ -532,6 +561,7 @@ class Renderer {
   std::string compute(const UOpPtr& u) { return alu(u); }
 
   std::unordered_map<const UOp*, std::string> names_, loops_, ifs_;
+  std::unordered_map<std::string, std::string> slots_;  // slot_holding's: "<type> <value>" -> %slotN
   std::unordered_set<const UOp*> updates_;
   std::set<std::string> declarations_;
   std::vector<DType> buffer_types_;
