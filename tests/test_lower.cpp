@@ -199,5 +199,32 @@ TEST_CASE("index strides along a loop", "[lower]") {
   CHECK(is_contiguous(s + r * 8 + 3, s));
 }
 
+TEST_CASE("lower: the LLVM renderer does index math in i64 where no value can differ, and int32 math that wraps still wraps", "[lower][llvm]") {
+  if (!renders_llvm("CPU")) return;  // KILN_CPU_COMPILER=c
+  // A transposing copy: its loop counters and offsets are index math, in i64 (nsw: in int32's range).
+  Tensor x = Tensor::arange(0, 64 * 48, 1, dtypes::float32).reshape({64, 48});
+  Tensor t = x.transpose(0, 1).contiguous();
+  std::string ir = kernel_source(t, "CPU");
+  CHECK_THAT(ir, Catch::Contains("add nsw i64"));
+  CHECK(t.to_vector<float>() == t.to("REF").to_vector<float>());
+  // Values made from the index: 999 * 2147483 stays inside int32 (rendered wide); 999 * 3000000 does not
+  // (rendered in i32, wrapping). Division, remainder, comparison and max of both against the reference
+  // evaluator, value for value.
+  for (int64_t scale : {int64_t{2147483}, int64_t{3000000}}) {
+    INFO("scale " << scale);
+    Tensor i = Tensor::arange(1000) * Tensor::full({}, double(scale), dtypes::int32);
+    Tensor c7 = Tensor::full({}, 7.0, dtypes::int32), c1000 = Tensor::full({}, 1000.0, dtypes::int32);
+    for (Tensor r : {i, i.div(c7, "trunc"), i.floor_divide(c7), i.remainder(c1000), i.lt(Tensor::full({}, 0.0, dtypes::int32)).cast(dtypes::int32),
+                     i.maximum(Tensor::full({}, 5e8, dtypes::int32))}) {
+      std::vector<int32_t> cpu = r.realize().to_vector<int32_t>(), ref = r.to("REF").to_vector<int32_t>();
+      CHECK(cpu == ref);
+    }
+  }
+  // The wrapped product itself, against int32 arithmetic on the host.
+  std::vector<int32_t> wrapped = (Tensor::arange(1000) * Tensor::full({}, 3e6, dtypes::int32)).to_vector<int32_t>();
+  for (int64_t k : {int64_t{0}, int64_t{715}, int64_t{716}, int64_t{999}})
+    CHECK(wrapped[size_t(k)] == static_cast<int32_t>(static_cast<uint32_t>(k) * 3000000u));
+}
+
 }  // namespace
 }  // namespace kiln
