@@ -544,8 +544,9 @@ void run_bench(const BenchOptions& options) {
   report.context.push_back(fma_peak(plan, ref));
   report.context.push_back(triad(plan, in, ref));
 
+  auto wanted = [&](const std::string& name) { return options.only.empty() || name.find(options.only) != std::string::npos; };
   auto add = [&](BenchResult r, const std::function<void(BenchResult&)>& body) {
-    report.results.push_back(guarded(std::move(r), body));
+    if (wanted(r.name)) report.results.push_back(guarded(std::move(r), body));
   };
   std::string n = cat(millions(plan.n), " float32");
   add(compared("relu(a*b+c)", n, "GB/s", "C/OpenMP", 80), [&](BenchResult& r) { elementwise(r, plan, in, ref); });
@@ -573,6 +574,7 @@ void run_bench(const BenchOptions& options) {
       auto beside = [&](const std::string& cpu_row, BenchResult r, const std::function<void(BenchResult&)>& body) {
         r.target_percent.reset();
         r.name += " on " + c_process;
+        if (!wanted(r.name)) return;
         BenchResult done = guarded(std::move(r), body);
         // Each side as a share of its own same-run reference, so drift between the two runs cancels.
         for (const BenchResult& row : report.results) {

@@ -18,7 +18,7 @@ struct DeviceSpec;
 struct BenchOptions {
   bool quick = false;
   bool json = false;
-  std::string only;  // `kiln bench train --only mlp`, `kiln bench sweep --only "conv fwd"`: the workloads whose key or name contains this (all when empty)
+  std::string only;  // `kiln bench --only realize`, `train --only mlp`, `sweep --only "conv fwd"`: the workloads whose key or name contains this (all when empty)
   std::string omp_child;  // internal: this process measures under the OMP_WAIT_POLICY named (tools/bench_train.cpp)
   bool dist_child = false;  // internal: this process is a rank of the job `kiln bench dist` started (tools/bench_dist.cpp)
 };
