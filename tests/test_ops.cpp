@@ -611,7 +611,9 @@ TEST_CASE("conv2d gradients of the input and the weights against direct loops", 
   // phases no tap reaches, and some sizes leave input rows no window covers.
   for (Case t : {Case{2, 16, 10, 32, 3, 1, 1, 1}, Case{2, 8, 9, 16, 3, 2, 1, 1}, Case{1, 8, 11, 16, 3, 1, 2, 2}, Case{2, 3, 7, 5, 2, 1, 0, 1},
                  Case{2, 4, 8, 6, 1, 2, 0, 1}, Case{1, 3, 9, 4, 2, 3, 0, 1}, Case{2, 5, 12, 7, 5, 2, 2, 1}, Case{1, 4, 10, 4, 3, 2, 0, 1},
-                 Case{1, 2, 3, 3, 3, 2, 1, 1}, Case{1, 3, 11, 2, 3, 3, 1, 1}, Case{1, 2, 6, 3, 3, 2, 1, 2}}) {
+                 Case{1, 2, 3, 3, 3, 2, 1, 1}, Case{1, 3, 11, 2, 3, 3, 1, 1}, Case{1, 2, 6, 3, 3, 2, 1, 2},
+                 // 1x1 strided kernels read a stored subsample of the (padded) input
+                 Case{2, 8, 9, 16, 1, 2, 1, 1}, Case{1, 5, 10, 12, 1, 3, 0, 1}}) {
     INFO("n c h o k stride pad dilation = " << t.n << " " << t.c << " " << t.h << " " << t.o << " " << t.k << " " << t.stride << " "
                                            << t.pad << " " << t.dilation);
     int64_t oh = (t.h + 2 * t.pad - t.dilation * (t.k - 1) - 1) / t.stride + 1;
