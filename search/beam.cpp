@@ -419,7 +419,7 @@ class Engine {
     auto start = Clock::now();
     std::vector<Timed*> timed = contenders;
     timed.push_back(&default_);
-    std::vector<double> best(timed.size(), 0);
+    std::vector<std::vector<double>> rounds(timed.size());  // each one's time in each round
     std::vector<char> failed(timed.size(), 0);
     for (int run = 0; run < options_.confirm_runs; ++run)
       for (size_t i = 0; i < timed.size(); ++i) {
@@ -428,14 +428,31 @@ class Engine {
           Watchdog::Guard watched = watchdog_.watch(cat("timing [", to_string(timed[i]->opts), "] again"));
           double seconds = hooks_.time(timed[i]->built);
           result_.kernel_s += seconds;
-          best[i] = run == 0 ? seconds : std::min(best[i], seconds);
+          rounds[i].push_back(seconds);
         } catch (const std::exception& e) {
           if (i + 1 == timed.size()) throw;  // the default launched before: a failure now is not the candidates'
           fail(timed[i]->opts, "launch", e.what());
           failed[i] = 1;
         }
       }
-    for (size_t i = 0; i < timed.size(); ++i) timed[i]->seconds = best[i];
+    // Paired: a contender's time is the default's best times the median over rounds of (its time / the
+    // default's time in the same round). The machine's speed drifts between minutes, so comparing each
+    // one's minimum let a contender that met a fast moment beat an equal default (a memory-bound
+    // elementwise kernel: four fresh searches, four winners).
+    const std::vector<double>& base = rounds.back();
+    default_.seconds = *std::min_element(base.begin(), base.end());
+    for (size_t i = 0; i + 1 < timed.size(); ++i) {
+      if (failed[i]) continue;
+      std::vector<double> ratios;
+      for (size_t r = 0; r < rounds[i].size(); ++r) ratios.push_back(rounds[i][r] / base[r]);
+      std::sort(ratios.begin(), ratios.end());
+      size_t m = ratios.size();
+      double median = m % 2 ? ratios[m / 2] : 0.5 * (ratios[m / 2 - 1] + ratios[m / 2]);
+      // And it must be the faster in at least 4 rounds of 5: an equal kernel is, by chance, in half of
+      // them, and a median that noise pulled below 1 - min_gain no longer makes it a winner.
+      size_t wins = size_t(std::count_if(ratios.begin(), ratios.end(), [](double r) { return r < 1; }));
+      timed[i]->seconds = wins * 5 >= m * 4 ? default_.seconds * median : default_.seconds;
+    }
     result_.default_seconds = default_.seconds;
     result_.best_seconds = default_.seconds;
     std::vector<Timed*> kept;

@@ -18,8 +18,9 @@
 // `max_rounds`, or when no new candidate appears. A candidate whose build fails (a compile error) or
 // whose launch fails is disqualified and search goes on; so is one whose compile or launch took longer
 // than its limit (measured when it ends: a compiler process or a CPU kernel is not interrupted).
-// The few fastest that beat the default are then timed again beside it, round-robin (confirm_runs), so they
-// are compared in the same minutes of a noisy machine; within min_gain of the fastest, fewer opts win.
+// The few fastest that beat the default are then timed again beside it, round-robin (confirm_runs), and
+// each is judged by the median over rounds of its time over the default's in the same round (paired, so
+// the machine's drift between minutes cancels); within min_gain of the fastest, fewer opts win.
 // Before the winner is accepted, its output is compared with the plain kernel's (no opts) on the same
 // random inputs (search/verify.h, as `kiln cache verify` does); a winner that does not match is rejected
 // and the next fastest is checked.

@@ -533,6 +533,24 @@ TEST_CASE("search: the contenders are timed again beside the default, so one tim
   CHECK(to_string(beam_search(unconfirmed.hooks(), o).opts) == "UPCAST(0,2)");
 }
 
+TEST_CASE("search: a contender is judged by its time over the default's in the same rounds, and must be the faster in 4 of 5", "[search]") {
+  // The machine slows 2.5x in four of the five confirmation rounds: UPCAST(0,4) runs at half the
+  // default's time in each round it shares with it, though its best (10) is above the default's best (8).
+  FakeWorld drift;
+  drift.actions = {up(0, 4)};
+  drift.sequence = {{"", {8, 8, 8, 20, 20, 8, 20, 20}}, {"UPCAST(0,4)", {4, 4, 4, 10, 10, 10, 10, 10}}};
+  SearchResult r = beam_search(drift.hooks(), options());
+  CHECK(drift.launches[""] == 3 + 5);
+  CHECK(to_string(r.opts) == "UPCAST(0,4)");
+  CHECK(r.best_seconds == Approx(4.0));  // the default's best, 8, times the median ratio, 0.5
+  // An equal kernel that noise puts 20% ahead in two rounds and behind in two (median ratio 0.9, below
+  // 1 - min_gain): faster in 3 rounds of 5 is chance, and the default stays.
+  FakeWorld equal;
+  equal.actions = {up(0, 2)};
+  equal.sequence = {{"", {10, 10, 10, 10, 10, 10, 10, 10}}, {"UPCAST(0,2)", {6, 6, 6, 8, 11, 9, 11, 9}}};
+  CHECK(beam_search(equal.hooks(), options()).opts.empty());
+}
+
 TEST_CASE("search: contenders within min_gain of the fastest are ties, and the one with fewer opts wins", "[search]") {
   for (double one_opt : {3.05, 3.2}) {
     CAPTURE(one_opt);
