@@ -58,15 +58,22 @@ std::vector<std::vector<Opt>> opt_neighbours(const UOpPtr& ast, const DeviceSpec
   };
   for (size_t i = 0; i < opts.size(); ++i) {
     std::vector<Opt> list(opts.begin(), opts.end());
-    if (opts[i].op == OptOp::THREAD) {
-      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-      for (const Opt& a : action_space(ast, spec, list))
-        if (a.op == OptOp::THREAD) {
-          std::vector<Opt> moved = list;
+    if (opts[i].op == OptOp::THREAD || opts[i].op == OptOp::UPCAST) {
+      // Moved to another output axis: a register tile of another shape (8 pixels of a row -> 8 rows of a
+      // column), the work split along another loop. A conv's best tile (exhaustive search) was the
+      // default's with its rows on another axis, three steps away for a beam that only appends.
+      std::vector<Opt> without = list;
+      without.erase(without.begin() + static_cast<std::ptrdiff_t>(i));
+      for (const Opt& a : action_space(ast, spec, without))
+        if (a.op == opts[i].op && a.axis != opts[i].axis && (a.op == OptOp::THREAD || a.amount == opts[i].amount)) {
+          std::vector<Opt> moved = without;
           moved.insert(moved.begin() + static_cast<std::ptrdiff_t>(i), a);
           offer(std::move(moved));
         }
-      continue;
+      if (opts[i].op == OptOp::THREAD) {
+        offer(std::move(without));  // one thread: a small kernel's launch may cost more than the second core gains
+        continue;
+      }
     }
     if (opts[i].amount >= 2 && opts[i].op != OptOp::SWAP) {
       for (int64_t amount : {opts[i].amount * 2, opts[i].amount % 2 == 0 ? opts[i].amount / 2 : int64_t{1}}) {

@@ -21,7 +21,7 @@ inline constexpr int kActionSpaceVersion = 1;
 std::vector<Opt> action_space(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> applied = {});
 
 // The opt lists one step from `opts` that appending actions cannot reach: one opt's amount halved or
-// doubled, one opt dropped, THREAD moved to another output axis. Only lists that apply, none twice.
+// doubled, one opt dropped, THREAD or an UPCAST moved to another output axis. Only lists that apply, none twice.
 // Search starts from these beside the heuristics' list (a register tile of another shape, say).
 std::vector<std::vector<Opt>> opt_neighbours(const UOpPtr& ast, const DeviceSpec& spec, std::span<const Opt> opts);
 

@@ -426,14 +426,17 @@ TEST_CASE("the neighbours of the heuristics' opts apply, differ from them, and g
     // Each opt of the start is dropped in one neighbour (when the rest still applies).
     if (start.size() >= 2) CHECK(near.size() >= 1);
   }
-  // A matmul's register tile: the rows halved, and THREAD on the other output axis, are neighbours.
-  Tensor m = Tensor::rand({64, 64}).realize(), n = Tensor::rand({64, 64}).realize();
+  // A matmul's register tile: the rows halved, THREAD on the other output axis or gone, and the rows'
+  // UPCAST moved to the other output axis, are neighbours.
+  Tensor m = Tensor::rand({256, 256}).realize(), n = Tensor::rand({256, 256}).realize();
   const ScheduleItem item = Tensor::schedule({m.matmul(n)}).items.back();
   std::vector<Opt> start{{OptOp::UPCAST, 0, 8}, {OptOp::UPCAST, 1, 16}, {OptOp::THREAD, 1, 0}};
   std::set<std::string> near;
   for (const std::vector<Opt>& l : opt_neighbours(item.ast, get_device(host()).spec(), start)) near.insert(to_string(l));
   CHECK(near.count("UPCAST(0,4) UPCAST(1,16) THREAD(1,0)"));
   CHECK(near.count("UPCAST(0,8) UPCAST(1,16) THREAD(0,0)"));
+  CHECK(near.count("UPCAST(0,8) UPCAST(1,16)"));
+  CHECK(near.count("UPCAST(1,8) UPCAST(1,16) THREAD(1,0)"));
   CHECK(near.count("UPCAST(1,16) THREAD(1,0)"));
   CHECK(near.count("UPCAST(0,8) UPCAST(1,16) THREAD(1,0)") == 0);
 }
