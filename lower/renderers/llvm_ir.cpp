@@ -428,18 +428,6 @@ class Renderer {
     return emit(cat("bitcast ", scalar, "* ", element, " to ", memory_type(value), "*"));
   }
 
-  // A stack slot of type t holding the constant c (one per type and value), for branch-free gated loads.
-  std::string slot_holding(const UOpPtr& c, DType t) {
-    std::string mem = memory_type(t), value = literal(c->const_value(), t);
-    std::string& slot = slots_[cat(mem, " ", value)];
-    if (slot.empty()) {
-      slot = cat("%slot", counter_++);
-      allocas_ << "  " << slot << " = alloca " << mem << ", align 64\n";
-      prologue_ << "  store " << mem << " " << value << ", " << mem << "* " << slot << "\n";
-    }
-    return slot;
-  }
-
   std::string load(const UOpPtr& u) {
     DType t = u->dtype;
     std::string mem = memory_type(t);
@@ -515,15 +503,6 @@ class Renderer {
         if (u->src[0]->op == Op::DEFINE_REG) return;  // read where used (name())
         if (u->src.size() < 3) {
           names_[u.get()] = load(u);
-          return;
-        }
-        if (u->src[1]->op == Op::CONST && !is_bool(u->dtype)) {
-          // Branch-free: a gated-off lane reads a stack slot holding the alternative instead of the
-          // buffer. A conv's padded taps made hundreds of if/phi diamonds in one block, and LLVM's jump
-          // threading and induction-variable passes took seconds over them.
-          std::string mem = memory_type(u->dtype), p = address(u->src[0], u->dtype);
-          std::string safe = emit(cat("select i1 ", name(u->src[2]), ", ", mem, "* ", p, ", ", mem, "* ", slot_holding(u->src[1], u->dtype)));
-          names_[u.get()] = emit(cat("load ", mem, ", ", mem, "* ", safe, ", align ", bits(u->dtype.scalar) / 8));
           return;
         }
         std::string alt = name(u->src[1]), from = block_;
@@ -621,7 +600,6 @@ class Renderer {
   std::string compute(const UOpPtr& u) { return alu(u); }
 
   std::unordered_map<const UOp*, std::string> names_, loops_, ifs_;
-  std::unordered_map<std::string, std::string> slots_;  // slot_holding's: "<type> <value>" -> %slotN
   std::unordered_set<const UOp*> updates_;
   std::unordered_set<const UOp*> wide_;              // rendered in i64 (widens())
   std::unordered_map<const UOp*, std::string> narrow_;  // their int32 form
