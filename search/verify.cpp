@@ -160,12 +160,17 @@ std::vector<std::vector<uint8_t>> run(Device& device, const LoweredKernel& k, co
 
 }  // namespace
 
+double loop_iterations(const UOpPtr& ast) {
+  double iterations = 1;
+  for (const UOpPtr& u : toposort(ast))  // analysis: multiplies loop sizes, rewrites nothing
+    if (u->op == Op::RANGE) iterations *= static_cast<double>(u->src[0]->vmax());
+  return iterations;
+}
+
 OptsCheck verify_opts(const UOpPtr& original, Device& device, std::span<const Opt> opts, uint64_t seed, size_t max_buffer_bytes) {
   // Only here, for kernels checked alone (`kiln cache verify`, whose ASTs are untrusted); search checks its
   // own winners through compare_kernels whatever their size.
-  double iterations = 1;
-  for (const UOpPtr& u : toposort(original))
-    if (u->op == Op::RANGE) iterations *= static_cast<double>(u->src[0]->vmax());
+  double iterations = loop_iterations(original);
   if (iterations > kMaxCheckedIterations)
     throw Error(cat("verify_opts: kernel ", detail::kernel_name(original), " runs up to ", iterations,
                     " loop iterations (more than 2^36, about a minute); such kernels are checked by running the model, not alone"));

@@ -34,6 +34,9 @@ struct OptsCheck {
 };
 const char* outcome_name(OptsCheck::Outcome outcome);  // "ok", "MISMATCH", "could not apply", ...
 
+// The product of the kernel's loop sizes (its RANGEs' largest values): what running it plainly costs.
+double loop_iterations(const UOpPtr& ast);
+
 // Throws Error when the kernel cannot be run at all (a buffer past `max_buffer_bytes`, a compile error).
 OptsCheck verify_opts(const UOpPtr& ast, Device& device, std::span<const Opt> opts, uint64_t seed = 1,
                       size_t max_buffer_bytes = size_t{1} << 30);
