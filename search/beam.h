@@ -21,8 +21,8 @@
 // The few fastest that beat the default are then timed again beside it, round-robin (confirm_runs), and
 // each is judged by the median over rounds of its time over the default's in the same round (paired, so
 // the machine's drift between minutes cancels); within min_gain of the fastest, fewer opts win.
-// Before the winner is accepted, its output is compared with the plain kernel's (no opts) on the same
-// random inputs (search/verify.h, as `kiln cache verify` does); a winner that does not match is rejected
+// Before the winner is accepted, its output is compared with the plain kernel's (no opts; search_kernel
+// uses the default kernel past 2^26 loop iterations) on the same random inputs (search/verify.h, as `kiln cache verify` does); a winner that does not match is rejected
 // and the next fastest is checked.
 //
 // search_kernel is the engine on a real device: lower_with_opts + Device::compile + load to build, timed
