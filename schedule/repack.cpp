@@ -115,22 +115,17 @@ std::optional<size_t> strided_operand_to_copy(const std::array<UOpPtr, 2>& opera
 }  // namespace
 
 // Renumbers the DEFINE_GLOBAL slots the AST uses as 0..n-1 (in slot order) and drops unused buffers.
-// In two steps, through numbers no slot has: substitute() would also rename a node it just made.
 void compact_slots(ScheduleItem& item) {
   std::map<int64_t, UOpPtr> used;
-  for (const UOpPtr& u : toposort(item.ast))
+  for (const UOpPtr& u : toposort(item.ast))  // analysis: collects the slots in use, rewrites nothing
     if (u->op == Op::DEFINE_GLOBAL) used[u->arg_as<int64_t>()] = u;
-  const int64_t apart = static_cast<int64_t>(item.bufs.size());
-  std::unordered_map<const UOp*, UOpPtr> away, back;
-  std::vector<UOpPtr> bufs, pinned;
+  std::unordered_map<const UOp*, UOpPtr> renumber;
+  std::vector<UOpPtr> bufs;
   for (const auto& [slot, node] : used) {
-    int64_t now = static_cast<int64_t>(bufs.size());
+    renumber[node.get()] = UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, static_cast<int64_t>(bufs.size()));
     bufs.push_back(item.bufs[static_cast<size_t>(slot)]);
-    pinned.push_back(UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, apart + now));
-    away[node.get()] = pinned.back();
-    back[pinned.back().get()] = UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, now);
   }
-  item.ast = substitute(substitute(item.ast, away), back);
+  item.ast = substitute(item.ast, renumber);  // one pass: a slot renumbered to another's is not renumbered again
   item.bufs = std::move(bufs);
 }
 
@@ -170,9 +165,9 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     std::vector<ScheduleItem> out;
     std::unordered_map<const UOp*, UOpPtr> replace;
     for (const auto& [x, order] : packs) {
-      // The copy: new loops in the packed order, with ids after all of the kernel's (substitute() would
-      // rename a loop twice if a new one equalled an old one), reading the operand's buffers from their
-      // slots; slot 0 is the copy. compact_slots then numbers the slots it uses from 0.
+      // The copy: new loops in the packed order, with ids after all of the kernel's, reading the
+      // operand's buffers from their slots; slot 0 is the copy. compact_slots then numbers the slots it
+      // uses from 0.
       std::unordered_map<const UOp*, UOpPtr> own;
       std::vector<UOpPtr> loops;
       for (size_t i = 0; i < order.size(); ++i) {

@@ -9,31 +9,18 @@ namespace kiln {
 
 namespace {
 
-// Every RANGE's axis id moved up by one (room for a new outermost loop). In two steps, through ids no
-// loop has, since substitute() would also rename a loop it just made.
-UOpPtr shift_ranges(const UOpPtr& ast) {
-  std::vector<UOpPtr> ranges;
-  int64_t top = 0;
-  for (const UOpPtr& u : toposort(ast))
-    if (u->op == Op::RANGE) {
-      ranges.push_back(u);
-      top = std::max(top, u->axis_id());
-    }
-  std::unordered_map<const UOp*, UOpPtr> away, back;
-  std::vector<UOpPtr> pinned;
-  for (const UOpPtr& r : ranges) {
-    pinned.push_back(range(r->axis_id() + top + 2, r->end()));
-    away[r.get()] = pinned.back();
-    back[pinned.back().get()] = range(r->axis_id() + 1, r->end());
-  }
-  return substitute(substitute(ast, away), back);
-}
-
 std::vector<UOpPtr> ranges_in(const UOpPtr& u) {
   std::vector<UOpPtr> out;
   for (const UOpPtr& n : toposort(u))
     if (n->op == Op::RANGE) out.push_back(n);
   return out;
+}
+
+// Every RANGE's axis id moved up by one (room for a new outermost loop).
+UOpPtr shift_ranges(const UOpPtr& ast) {
+  std::unordered_map<const UOp*, UOpPtr> shifted;
+  for (const UOpPtr& r : ranges_in(ast)) shifted[r.get()] = range(r->axis_id() + 1, r->end());
+  return substitute(ast, shifted);  // one pass: a loop renamed to another's id is not renamed again
 }
 
 }  // namespace
