@@ -111,25 +111,38 @@ namespace {
 using namespace detail;
 
 // UNROLL: the reduce loop r runs amount times fewer iterations, each folding `amount` values.
+struct UnrollContext : RewriteContext {
+  UOpPtr r, outer;
+  int64_t amount;
+};
+
+const PatternMatcher& pm_unroll_reduce() {
+  static const PatternMatcher pm{
+      // REDUCE(x, r) -> REDUCE(x[r:=outer*amount] op ... op x[r:=outer*amount+amount-1], outer)
+      {UPat::op(Op::REDUCE).named("red"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<UnrollContext>();
+         const UOpPtr& u = m["red"];
+         if (std::find(u->src.begin() + 1, u->src.end(), c.r) == u->src.end()) return nullptr;
+         UOpPtr folded;
+         for (int64_t i = 0; i < c.amount; ++i) {
+           UOpPtr at = c.outer * const_int(c.amount, c.r->dtype) + const_int(i, c.r->dtype);
+           UOpPtr lane = graph_rewrite(substitute(u->src[0], {{c.r.get(), at}}), pm_symbolic());
+           folded = folded ? UOp::make(u->arg_as<Op>(), u->dtype, {folded, lane}) : lane;
+         }
+         std::vector<UOpPtr> src{folded};
+         for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == c.r ? c.outer : u->src[j]);
+         return UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+       }},
+  };
+  return pm;
+}
+
 UOpPtr unroll_reduce(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
-  UOpPtr outer = range(r->axis_id(), const_int(r->end()->vmax() / amount, r->dtype));
-  std::unordered_map<const UOp*, UOpPtr> replace;
-  for (const UOpPtr& u : toposort(sink)) {
-    if (u->op != Op::REDUCE) continue;
-    auto at = std::find(u->src.begin() + 1, u->src.end(), r);
-    if (at == u->src.end()) continue;
-    Op op = u->arg_as<Op>();
-    UOpPtr folded;
-    for (int64_t i = 0; i < amount; ++i) {
-      UOpPtr lane = graph_rewrite(substitute(u->src[0], {{r.get(), outer * const_int(amount, r->dtype) + const_int(i, r->dtype)}}),
-                                  pm_symbolic());
-      folded = folded ? UOp::make(op, u->dtype, {folded, lane}) : lane;
-    }
-    std::vector<UOpPtr> src{folded};
-    for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == r ? outer : u->src[j]);
-    replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
-  }
-  return substitute(sink, replace);
+  UnrollContext ctx;
+  ctx.r = r;
+  ctx.outer = range(r->axis_id(), const_int(r->end()->vmax() / amount, r->dtype));
+  ctx.amount = amount;
+  return graph_rewrite(sink, pm_unroll_reduce(), &ctx, "unroll reduce");
 }
 
 // The gate g added to an optional existing gate.
