@@ -148,38 +148,62 @@ UOpPtr unroll_reduce(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
 // The gate g added to an optional existing gate.
 UOpPtr and_gate(const UOpPtr& existing, const UOpPtr& g) { return existing ? UOp::make(Op::AND, dtypes::bool_, {existing, g}) : g; }
 
+// Whether gate is g, or ends with it (and_gate(existing, g)): the rules below add g once.
+bool gated_by(const UOpPtr& gate, const UOpPtr& g) { return gate == g || (gate->op == Op::AND && gate->src[1] == g); }
+
+// A load's or store's gate with g added, unless g is there already.
+std::optional<UOpPtr> add_gate(const UOp& access, size_t gate_at, const UOpPtr& g) {
+  UOpPtr existing = access.src.size() > gate_at ? access.src[gate_at] : nullptr;
+  if (existing && gated_by(existing, g)) return std::nullopt;
+  return and_gate(existing, g);
+}
+
 // PADTO: r (size n) runs to `padded`; loads and stores that move with it are masked to r < n, and a
 // reduction over it adds its identity for the extra iterations.
+struct PadContext : RewriteContext {
+  UOpPtr out, valid;
+};
+
+const PatternMatcher& pm_pad_range() {
+  static const PatternMatcher pm{
+      // REDUCE(x, out) -> REDUCE(where(out < n, x, identity), out)
+      {UPat::op(Op::REDUCE).named("red"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<PadContext>();
+         const UOpPtr& u = m["red"];
+         if (std::find(u->src.begin() + 1, u->src.end(), c.out) == u->src.end()) return nullptr;
+         if (u->src[0]->op == Op::WHERE && u->src[0]->src[0] == c.valid) return nullptr;
+         std::vector<UOpPtr> src = u->src;
+         src[0] = where(c.valid, u->src[0], const_of(u->dtype, reduce_identity(u->arg_as<Op>(), u->dtype)));
+         return UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+       }},
+      // LOAD(INDEX(buf, f(out)), alt?, gate?) -> LOAD(INDEX(...), alt or 0, gate & out < n)
+      {UPat::op(Op::LOAD, {UPat::op(Op::INDEX)}).any_len().named("ld"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<PadContext>();
+         const UOpPtr& u = m["ld"];
+         if (!depends_on(u->src[0], c.out)) return nullptr;
+         std::optional<UOpPtr> gate = add_gate(*u, 2, c.valid);
+         if (!gate) return nullptr;
+         UOpPtr alt = u->src.size() == 3 ? u->src[1] : const_of(u->dtype, int64_t{0});
+         return UOp::make(Op::LOAD, u->dtype, {u->src[0], alt, *gate}, u->arg);
+       }},
+      // STORE(INDEX(buf, f(out)), x, gate?) -> STORE(INDEX(...), x, gate & out < n)
+      {UPat::op(Op::STORE).named("st"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<PadContext>();
+         const UOpPtr& u = m["st"];
+         if (!depends_on(u->src[0], c.out)) return nullptr;
+         std::optional<UOpPtr> gate = add_gate(*u, 2, c.valid);
+         return gate ? UOp::make(Op::STORE, u->dtype, {u->src[0], u->src[1], *gate}, u->arg) : nullptr;
+       }},
+  };
+  return pm;
+}
+
 UOpPtr pad_range(const UOpPtr& sink, const UOpPtr& r, int64_t padded, UOpPtr& out) {
-  int64_t n = r->end()->vmax();
   out = range(r->axis_id(), const_int(padded, r->dtype));
-  UOpPtr s = substitute(sink, {{r.get(), out}});
-  UOpPtr valid = lt(out, const_int(n, r->dtype));
-  // One kind of node per pass: substitute() rebuilds a node whose sources changed, so a key for the
-  // old node would no longer match. Reductions first (their values hold the loads), then loads, then
-  // stores.
-  std::unordered_map<const UOp*, UOpPtr> replace;
-  for (const UOpPtr& u : toposort(s))
-    if (u->op == Op::REDUCE && std::find(u->src.begin() + 1, u->src.end(), out) != u->src.end()) {
-      std::vector<UOpPtr> src = u->src;
-      src[0] = where(valid, u->src[0], const_of(u->dtype, reduce_identity(u->arg_as<Op>(), u->dtype)));
-      replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
-    }
-  s = substitute(s, replace);
-  replace.clear();
-  for (const UOpPtr& u : toposort(s)) {
-    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && depends_on(u->src[0], out)) {
-      UOpPtr alt = u->src.size() == 3 ? u->src[1] : const_of(u->dtype, int64_t{0});
-      UOpPtr gate = and_gate(u->src.size() == 3 ? u->src[2] : nullptr, valid);
-      replace[u.get()] = UOp::make(Op::LOAD, u->dtype, {u->src[0], alt, gate}, u->arg);
-    }
-  }
-  s = substitute(s, replace);
-  replace.clear();
-  for (const UOpPtr& u : s->src)
-    if (u->op == Op::STORE && depends_on(u->src[0], out))
-      replace[u.get()] = UOp::make(Op::STORE, u->dtype, {u->src[0], u->src[1], and_gate(u->src.size() == 3 ? u->src[2] : nullptr, valid)}, u->arg);
-  return substitute(s, replace);
+  PadContext ctx;
+  ctx.out = out;
+  ctx.valid = lt(out, const_int(r->end()->vmax(), r->dtype));
+  return graph_rewrite(substitute(sink, {{r.get(), out}}), pm_pad_range(), &ctx, "pad range");
 }
 
 }  // namespace
