@@ -206,6 +206,54 @@ UOpPtr pad_range(const UOpPtr& sink, const UOpPtr& r, int64_t padded, UOpPtr& ou
   return graph_rewrite(substitute(sink, {{r.get(), out}}), pm_pad_range(), &ctx, "pad range");
 }
 
+// GROUP/GROUPTOP: n work-items share the reduction over the loop r. Each reduces its part into a
+// register, writes it to shared memory, waits at a barrier, and then reduces the n partial results;
+// only work-item 0 of the group stores. GROUP gives each work-item a contiguous chunk
+// (r = item*(size/n) + i), GROUPTOP interleaves them (r = i*n + item), which coalesces on GPUs.
+struct GroupContext : RewriteContext {
+  GroupContext(int64_t& next_id, int64_t& next_local) : next_id(next_id), next_local(next_local) {}
+  int64_t& next_id;     // the kernel's counters: each reduction takes a loop and a shared buffer
+  int64_t& next_local;
+  UOpPtr r, inner, item, at, slot, first;  // at: r as inner and item; slot: this work-item's partial
+  int64_t n = 0, slots = 0, shared = 0;
+  std::optional<std::string> refused;
+};
+
+const PatternMatcher& pm_group_reduce() {
+  static const PatternMatcher pm{
+      // REDUCE(x, r) -> REDUCE(LOAD(partials[j], BARRIER(STORE(partials[slot], REDUCE(x[r:=at], inner)))), j)
+      {UPat::op(Op::REDUCE).named("red"), [](const Match& m) -> UOpPtr {
+         auto& c = m.context<GroupContext>();
+         const UOpPtr& u = m["red"];
+         if (c.refused || std::find(u->src.begin() + 1, u->src.end(), c.r) == u->src.end()) return nullptr;
+         if (u->dtype.count != 1) {
+           c.refused = "GROUP of a vectorized reduction is not supported";
+           return nullptr;
+         }
+         DType t = c.r->dtype;
+         std::vector<UOpPtr> src{graph_rewrite(substitute(u->src[0], {{c.r.get(), c.at}}), pm_symbolic())};
+         for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == c.r ? c.inner : u->src[j]);
+         UOpPtr partial = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+         UOpPtr local = UOp::make(Op::DEFINE_LOCAL, u->dtype.ptr(), {const_int(c.slots, dtypes::int64)}, c.next_local++);
+         c.shared += c.slots * static_cast<int64_t>(u->dtype.itemsize());
+         UOpPtr write = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, local->dtype, {local, c.slot}), partial});
+         UOpPtr barrier = UOp::make(Op::BARRIER, dtypes::void_, {write});
+         UOpPtr j = range(c.next_id++, const_int(c.n, t));
+         UOpPtr read_slot = graph_rewrite(substitute(c.slot, {{c.item.get(), j}}), pm_symbolic());
+         UOpPtr read = UOp::make(Op::LOAD, u->dtype, {UOp::make(Op::INDEX, local->dtype, {local, read_slot}), barrier});
+         return UOp::make(Op::REDUCE, u->dtype, {read, j}, u->arg);
+       }},
+      // Every work-item of the group computes the same result: STORE(global, x, gate?) -> STORE(..., gate & item == 0)
+      {UPat::op(Op::STORE, {UPat::op(Op::INDEX, {UPat::op(Op::DEFINE_GLOBAL)}).any_len()}).any_len().named("st"),
+       [](const Match& m) -> UOpPtr {
+         const UOpPtr& u = m["st"];
+         std::optional<UOpPtr> gate = add_gate(*u, 2, m.context<GroupContext>().first);
+         return gate ? UOp::make(Op::STORE, u->dtype, {u->src[0], u->src[1], *gate}, u->arg) : nullptr;
+       }},
+  };
+  return pm;
+}
+
 }  // namespace
 
 class detail::OptApplier::Impl {
@@ -449,58 +497,35 @@ class detail::OptApplier::Impl {
     return std::nullopt;
   }
 
-  // GROUP/GROUPTOP: n work-items share the reduction over a's loop. Each reduces its part into a
-  // register, writes it to shared memory, waits at a barrier, and then reduces the n partial results;
-  // only work-item 0 of the group stores. GROUP gives each work-item a contiguous chunk
-  // (r = item*(size/n) + i), GROUPTOP interleaves them (r = i*n + item), which coalesces on GPUs.
+  // GROUP/GROUPTOP over a's loop (pm_group_reduce); changes nothing when refused.
   std::optional<std::string> group_reduce(Axis& a, int64_t n, bool top) {
     const UOpPtr& r = a.range;
     DType t = r->dtype;
     int64_t size = r->end()->vmax();
-    UOpPtr inner = range(r->axis_id(), const_int(size / n, t));
-    UOpPtr item = range(next_id_++, const_int(n, t));
-    UOpPtr at = top ? inner * const_int(n, t) + item : item * const_int(size / n, t) + inner;
+    GroupContext ctx{next_id_, next_local_};
+    ctx.r = r;
+    ctx.inner = range(r->axis_id(), const_int(size / n, t));
+    ctx.item = range(next_id_++, const_int(n, t));
+    ctx.n = n;
+    ctx.at = top ? ctx.inner * const_int(n, t) + ctx.item : ctx.item * const_int(size / n, t) + ctx.inner;
     // Where this work-item's partial goes: its group item, then the output work-item ids above it.
-    UOpPtr slot = item;
-    int64_t slots = n;
+    ctx.slot = ctx.item;
+    ctx.slots = n;
     for (const Axis& other : axes_)
       if (other.local) {
-        slot = slot + other.local * const_int(slots, t);
-        slots *= other.local->end()->vmax();
+        ctx.slot = ctx.slot + other.local * const_int(ctx.slots, t);
+        ctx.slots *= other.local->end()->vmax();
       }
-    std::unordered_map<const UOp*, UOpPtr> replace;
-    int64_t shared = 0;
-    for (const UOpPtr& u : toposort(sink_)) {
-      if (u->op != Op::REDUCE || std::find(u->src.begin() + 1, u->src.end(), r) == u->src.end()) continue;
-      if (u->dtype.count != 1) return std::optional<std::string>("GROUP of a vectorized reduction is not supported");
-      Op op = u->arg_as<Op>();
-      std::vector<UOpPtr> src{graph_rewrite(substitute(u->src[0], {{r.get(), at}}), pm_symbolic())};
-      for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == r ? inner : u->src[j]);
-      UOpPtr partial = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
-      UOpPtr local = UOp::make(Op::DEFINE_LOCAL, u->dtype.ptr(), {const_int(slots, dtypes::int64)}, next_local_++);
-      shared += slots * static_cast<int64_t>(u->dtype.itemsize());
-      UOpPtr write = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, local->dtype, {local, slot}), partial});
-      UOpPtr barrier = UOp::make(Op::BARRIER, dtypes::void_, {write});
-      UOpPtr j = range(next_id_++, const_int(n, t));
-      UOpPtr read_slot = graph_rewrite(substitute(slot, {{item.get(), j}}), pm_symbolic());
-      UOpPtr read = UOp::make(Op::LOAD, u->dtype, {UOp::make(Op::INDEX, local->dtype, {local, read_slot}), barrier});
-      replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, {read, j}, op);
-    }
-    if (shared_used_ + shared > spec_.shared_bytes)
-      return cat("the partial results need ", shared_used_ + shared, " bytes of shared memory; ", spec_.name, " has ",
+    ctx.first = eq(ctx.item, const_int(0, t));
+    UOpPtr s = graph_rewrite(sink_, pm_group_reduce(), &ctx, "group reduce");
+    if (ctx.refused) return ctx.refused;
+    if (shared_used_ + ctx.shared > spec_.shared_bytes)
+      return cat("the partial results need ", shared_used_ + ctx.shared, " bytes of shared memory; ", spec_.name, " has ",
                  spec_.shared_bytes);
-    shared_used_ += shared;
-    UOpPtr s = substitute(sink_, replace);
-    // Every work-item of the group computes the same result: work-item 0 stores it (a second pass,
-    // as substitute() rebuilt the stores whose values changed).
-    replace.clear();
-    UOpPtr first = eq(item, const_int(0, t));
-    for (const UOpPtr& st : s->src)
-      if (st->op == Op::STORE)
-        replace[st.get()] = UOp::make(Op::STORE, st->dtype, {st->src[0], st->src[1], and_gate(st->src.size() == 3 ? st->src[2] : nullptr, first)}, st->arg);
-    sink_ = substitute(s, replace);
-    a.range = inner;
-    a.local = item;
+    shared_used_ += ctx.shared;
+    sink_ = s;
+    a.range = ctx.inner;
+    a.local = ctx.item;
     a.split = true;
     return std::nullopt;
   }
