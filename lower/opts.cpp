@@ -401,12 +401,9 @@ class detail::OptApplier::Impl {
     for (auto [x, y] : swaps_) {
       UOpPtr& rx = axes_[x].range;
       UOpPtr& ry = axes_[y].range;
-      int64_t ix = rx->axis_id(), iy = ry->axis_id();
-      // Through fresh ids first: range(iy, end of x) may be the very node ry when the sizes match.
-      UOpPtr tx = range(next_id_++, rx->end()), ty = range(next_id_++, ry->end());
-      sink_ = substitute(sink_, {{rx.get(), tx}, {ry.get(), ty}});
-      UOpPtr nx = range(iy, rx->end()), ny = range(ix, ry->end());
-      sink_ = substitute(sink_, {{tx.get(), nx}, {ty.get(), ny}});
+      // One substitute: its values are not renamed again, so range(iy, end of x) may be the node ry.
+      UOpPtr nx = range(ry->axis_id(), rx->end()), ny = range(rx->axis_id(), ry->end());
+      sink_ = substitute(sink_, {{rx.get(), nx}, {ry.get(), ny}});
       rx = nx;
       ry = ny;
     }
