@@ -117,8 +117,12 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
   return graph_rewrite(sink, pm_lower_reduce, &ctx);
 }
 
-UOpPtr close_loops(const UOpPtr& sink) {
-  // Stores that run in the same loops share one END(store, store..., ranges...): each range has one END.
+namespace {
+
+// SINK(stores...) -> SINK(END(stores..., ranges...)...): stores that run in the same loops share one
+// END, so each range has one END. Stores outside every loop stay as they are.
+UOpPtr close_sink(const Match& m) {
+  const UOpPtr& sink = m.root;
   std::vector<std::pair<std::vector<UOpPtr>, std::vector<UOpPtr>>> groups;  // (ranges, stores)
   std::vector<UOpPtr> src;
   for (const UOpPtr& store : sink->src) {
@@ -131,6 +135,7 @@ UOpPtr close_loops(const UOpPtr& sink) {
     if (it == groups.end()) groups.push_back({open, {store}});
     else it->second.push_back(store);
   }
+  if (groups.empty()) return nullptr;  // closed already (an END has no open ranges)
   for (auto& [open, stores] : groups) {
     std::vector<UOpPtr> end_src = stores;
     end_src.insert(end_src.end(), open.begin(), open.end());
@@ -138,6 +143,15 @@ UOpPtr close_loops(const UOpPtr& sink) {
   }
   return sink->with_src(src);
 }
+
+const PatternMatcher& pm_close_loops() {
+  static const PatternMatcher pm{{UPat::op(Op::SINK), close_sink}};
+  return pm;
+}
+
+}  // namespace
+
+UOpPtr close_loops(const UOpPtr& sink) { return graph_rewrite(sink, pm_close_loops(), nullptr, {}, RewriteOrder::PreOrder); }
 
 namespace {
 
