@@ -22,7 +22,7 @@ class RangeMap {
  public:
   const RangeSet& of(const UOpPtr& root) {
     if (auto hit = memo_.find(root.get()); hit != memo_.end()) return hit->second;
-    for (const UOpPtr& u : toposort(root)) {
+    for (const UOpPtr& u : toposort(root)) {  // analysis: the open ranges of each node, rewrites nothing
       if (memo_.count(u.get())) continue;
       RangeSet out;
       auto add = [&](const RangeSet& s) {
@@ -52,7 +52,7 @@ class RangeMap {
 
 std::vector<UOpPtr> sorted_ranges(const RangeSet& set, const UOpPtr& root) {
   std::vector<UOpPtr> out;
-  for (const UOpPtr& u : toposort(root))
+  for (const UOpPtr& u : toposort(root))  // analysis: puts a set of ranges in order, rewrites nothing
     if (std::binary_search(set.begin(), set.end(), u.get())) out.push_back(u);
   std::sort(out.begin(), out.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
   return out;
@@ -74,7 +74,7 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
   // Copies of a reduction (upcast lanes) share its loop, and a loop has one place, so their
   // accumulators live in the union of the loops their values need: a lane whose value does not
   // depend on an output loop (its padding folded away) still sits where the other lanes do.
-  for (const UOpPtr& u : toposort(sink)) {
+  for (const UOpPtr& u : toposort(sink)) {  // analysis: every lane's loops before the rule lowers any of them
     if (u->op != Op::REDUCE) continue;
     std::vector<UOpPtr> reduce_ranges(u->src.begin() + 1, u->src.end());
     for (const UOpPtr& rg : ranges_of(u->src[0])) {
@@ -158,7 +158,7 @@ namespace {
 // Orders a kernel: a tree of loops, each holding the nodes whose innermost range it is.
 class Linearizer {
  public:
-  explicit Linearizer(const UOpPtr& sink) : sink_(sink), order_(toposort(sink)) {
+  explicit Linearizer(const UOpPtr& sink) : sink_(sink), order_(toposort(sink)) {  // not a rewrite: a list out
     for (size_t i = 0; i < order_.size(); ++i) position_[order_[i].get()] = i;
     for (const UOpPtr& u : order_) ranges_.of(u);
     build_loop_tree();

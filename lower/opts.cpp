@@ -75,7 +75,7 @@ int64_t register_lanes(DType element, const DeviceSpec& spec) {
 
 bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict) {
   bool moves = false;
-  for (const UOpPtr& u : toposort(sink)) {
+  for (const UOpPtr& u : toposort(sink)) {  // analysis: how the loads move with r, rewrites nothing
     if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
     std::optional<int64_t> stride = index_stride(u->src[0]->src[1], r);
     bool vector = stride == 1 && u->src[0]->src.size() == 2 && !(u->src.size() == 3 && depends_on(u->src[2], r));
@@ -86,7 +86,7 @@ bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict) {
 }
 
 bool has_reduce(const UOpPtr& sink) {
-  for (const UOpPtr& u : toposort(sink))
+  for (const UOpPtr& u : toposort(sink))  // analysis
     if (u->op == Op::REDUCE) return true;
   return false;
 }
@@ -260,7 +260,7 @@ class detail::OptApplier::Impl {
  public:
   Impl(const UOpPtr& prepared, const DeviceSpec& spec) : spec_(spec), sink_(prepared) {
     std::vector<UOpPtr> outputs, reduces;
-    for (const UOpPtr& u : toposort(sink_)) {
+    for (const UOpPtr& u : toposort(sink_)) {  // analysis: collects the axes, rewrites nothing
       if (u->op == Op::RANGE) next_id_ = std::max(next_id_, u->axis_id() + 1);
       if (u->op == Op::STORE)
         for (const UOpPtr& r : ranges_of(u->src[0]))
@@ -351,7 +351,7 @@ class detail::OptApplier::Impl {
         int64_t padded = (size + n - 1) / n * n;
         if (padded == size) return reject(cat("the axis's ", size, " iterations are already a multiple of ", n));
         if (padded > size * 2) return reject(cat("padding ", size, " to ", padded, " more than doubles the work"));
-        for (const UOpPtr& u : toposort(sink_))
+        for (const UOpPtr& u : toposort(sink_))  // analysis: a check before pm_pad_range
           if ((u->op == Op::IDIV || u->op == Op::MOD) && u->src[1]->op != Op::CONST)
             return reject("the kernel divides by a loaded value, which the masked iterations would make 0");
         UOpPtr before = a.range, after;

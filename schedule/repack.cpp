@@ -21,7 +21,7 @@ struct LoadInfo {
 
 std::vector<LoadInfo> global_loads(const UOpPtr& ast) {
   std::vector<LoadInfo> out;
-  for (const UOpPtr& u : toposort(ast))
+  for (const UOpPtr& u : toposort(ast))  // analysis: collects the loads
     if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && u->src[0]->src[0]->op == Op::DEFINE_GLOBAL)
       out.push_back({u, u->src[0]->src[0]->arg_as<int64_t>()});
   return out;
@@ -42,7 +42,7 @@ int walk(const LoadInfo& l, const UOpPtr& r) {
 // depends on something other than loops and constants (a variable), which a copy cannot capture.
 std::vector<UOpPtr> packed_order(const UOpPtr& load, const UOpPtr& last) {
   std::vector<UOpPtr> loops;
-  for (const UOpPtr& u : toposort(load)) {
+  for (const UOpPtr& u : toposort(load)) {  // analysis: the loops a load depends on
     if (u->op == Op::DEFINE_VAR) return {};
     if (u->op == Op::RANGE && u != last) loops.push_back(u);
   }
@@ -133,14 +133,14 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
   const UOpPtr& ast = item.ast;
   if (item.kind != ScheduleItem::Kind::Kernel || ast->src.size() != 1 || ast->src[0]->op != Op::STORE) return {};
   std::vector<UOpPtr> outputs, all, reduces;
-  for (const UOpPtr& u : toposort(ast)) {
+  for (const UOpPtr& u : toposort(ast)) {  // analysis: the reductions and loops
     if (u->op == Op::REDUCE) reduces.push_back(u);
     if (u->op == Op::RANGE) all.push_back(u);
   }
   // One reduction of a product: its two factors are the operands (a matmul's, a conv's).
   if (reduces.size() != 1 || reduces[0]->src[0]->op != Op::MUL) return {};
   std::array<UOpPtr, 2> operands{reduces[0]->src[0]->src[0], reduces[0]->src[0]->src[1]};
-  for (const UOpPtr& u : toposort(ast->src[0]->src[0]))
+  for (const UOpPtr& u : toposort(ast->src[0]->src[0]))  // analysis: the output loops
     if (u->op == Op::RANGE) outputs.push_back(u);
   std::sort(outputs.begin(), outputs.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
   std::vector<LoadInfo> loads = global_loads(ast);

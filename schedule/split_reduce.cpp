@@ -11,7 +11,7 @@ namespace {
 
 std::vector<UOpPtr> ranges_in(const UOpPtr& u) {
   std::vector<UOpPtr> out;
-  for (const UOpPtr& n : toposort(u))
+  for (const UOpPtr& n : toposort(u))  // analysis
     if (n->op == Op::RANGE) out.push_back(n);
   return out;
 }
@@ -32,14 +32,14 @@ std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& m
   if (store->op != Op::STORE || store->src.size() != 2) return {};
   // One reduction, with elementwise work after it (a scale, a cast) that the total then does.
   std::vector<UOpPtr> reduces;
-  for (const UOpPtr& u : toposort(store->src[1]))
+  for (const UOpPtr& u : toposort(store->src[1]))  // analysis: finds the reduction
     if (u->op == Op::REDUCE) reduces.push_back(u);
   if (reduces.size() != 1) return {};
   const UOpPtr reduce = reduces[0];
   Op op = reduce->arg_as<Op>();
   if (op != Op::ADD && op != Op::MAX && op != Op::MIN) return {};
   std::set<int64_t> slots;
-  for (const UOpPtr& u : toposort(reduce))
+  for (const UOpPtr& u : toposort(reduce))  // analysis: the buffers it reads
     if (u->op == Op::DEFINE_GLOBAL) slots.insert(u->arg_as<int64_t>());
   double bytes = 0, elements = 0;
   for (int64_t slot : slots) {
@@ -73,7 +73,7 @@ std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& m
   UOpPtr shifted = shift_ranges(ast);
   const UOpPtr& s_store = shifted->src[0];
   UOpPtr s_reduce;
-  for (const UOpPtr& u : toposort(s_store->src[1]))
+  for (const UOpPtr& u : toposort(s_store->src[1]))  // analysis: finds the reduction
     if (u->op == Op::REDUCE) s_reduce = u;
   UOpPtr s_outer = range(outer->axis_id() + 1, outer->end());
   DType t = outer->dtype;
