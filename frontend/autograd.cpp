@@ -187,7 +187,7 @@ std::optional<CustomGradient> custom_gradient_of(const UOp* u) {
 // `plain`: a node whose custom gradient is ignored (the one a custom gradient differentiates itself).
 std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr& root_grad,
                                                 const std::unordered_set<const UOp*>& targets, const UOp* plain = nullptr) {
-  std::vector<UOpPtr> order = toposort(root);  // sources before their users
+  std::vector<UOpPtr> order = toposort(root);  // sources first; not a rule table: a gradient sums all users
   // The nodes on a path to a target. Only floating-point values carry gradients; DETACH stops them.
   std::unordered_set<const UOp*> on_path;
   for (const UOpPtr& u : order) {

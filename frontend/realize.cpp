@@ -375,7 +375,7 @@ bool reads_only_where_it_writes(const ScheduleItem& item, const DeviceBuffer& me
   if (slots.empty()) return true;
   if (item.ast->src.size() != 1 || item.ast->src[0]->op != Op::STORE) return false;
   const UOpPtr& written = item.ast->src[0]->src[0]->src[1];  // STORE(INDEX(out, index), value)
-  for (const UOpPtr& u : toposort(item.ast))
+  for (const UOpPtr& u : toposort(item.ast))  // analysis: whether other indexes read the buffer
     if (u->op == Op::INDEX && u->src[0]->op == Op::DEFINE_GLOBAL && slots.count(u->src[0]->arg_as<int64_t>()) && u->src[1] != written)
       return false;
   return true;

@@ -22,7 +22,7 @@ class RangeMap {
  public:
   const RangeSet& of(const UOpPtr& root) {
     if (auto hit = memo_.find(root.get()); hit != memo_.end()) return hit->second;
-    for (const UOpPtr& u : toposort(root)) {
+    for (const UOpPtr& u : toposort(root)) {  // analysis: the open ranges of each node, rewrites nothing
       if (memo_.count(u.get())) continue;
       RangeSet out;
       auto add = [&](const RangeSet& s) {
@@ -52,7 +52,7 @@ class RangeMap {
 
 std::vector<UOpPtr> sorted_ranges(const RangeSet& set, const UOpPtr& root) {
   std::vector<UOpPtr> out;
-  for (const UOpPtr& u : toposort(root))
+  for (const UOpPtr& u : toposort(root))  // analysis: puts a set of ranges in order, rewrites nothing
     if (std::binary_search(set.begin(), set.end(), u.get())) out.push_back(u);
   std::sort(out.begin(), out.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
   return out;
@@ -74,7 +74,7 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
   // Copies of a reduction (upcast lanes) share its loop, and a loop has one place, so their
   // accumulators live in the union of the loops their values need: a lane whose value does not
   // depend on an output loop (its padding folded away) still sits where the other lanes do.
-  for (const UOpPtr& u : toposort(sink)) {
+  for (const UOpPtr& u : toposort(sink)) {  // analysis: every lane's loops before the rule lowers any of them
     if (u->op != Op::REDUCE) continue;
     std::vector<UOpPtr> reduce_ranges(u->src.begin() + 1, u->src.end());
     for (const UOpPtr& rg : ranges_of(u->src[0])) {
@@ -117,8 +117,12 @@ UOpPtr lower_reduces(const UOpPtr& sink) {
   return graph_rewrite(sink, pm_lower_reduce, &ctx);
 }
 
-UOpPtr close_loops(const UOpPtr& sink) {
-  // Stores that run in the same loops share one END(store, store..., ranges...): each range has one END.
+namespace {
+
+// SINK(stores...) -> SINK(END(stores..., ranges...)...): stores that run in the same loops share one
+// END, so each range has one END. Stores outside every loop stay as they are.
+UOpPtr close_sink(const Match& m) {
+  const UOpPtr& sink = m.root;
   std::vector<std::pair<std::vector<UOpPtr>, std::vector<UOpPtr>>> groups;  // (ranges, stores)
   std::vector<UOpPtr> src;
   for (const UOpPtr& store : sink->src) {
@@ -131,6 +135,7 @@ UOpPtr close_loops(const UOpPtr& sink) {
     if (it == groups.end()) groups.push_back({open, {store}});
     else it->second.push_back(store);
   }
+  if (groups.empty()) return nullptr;  // closed already (an END has no open ranges)
   for (auto& [open, stores] : groups) {
     std::vector<UOpPtr> end_src = stores;
     end_src.insert(end_src.end(), open.begin(), open.end());
@@ -139,12 +144,21 @@ UOpPtr close_loops(const UOpPtr& sink) {
   return sink->with_src(src);
 }
 
+const PatternMatcher& pm_close_loops() {
+  static const PatternMatcher pm{{UPat::op(Op::SINK), close_sink}};
+  return pm;
+}
+
+}  // namespace
+
+UOpPtr close_loops(const UOpPtr& sink) { return graph_rewrite(sink, pm_close_loops(), nullptr, {}, RewriteOrder::PreOrder); }
+
 namespace {
 
 // Orders a kernel: a tree of loops, each holding the nodes whose innermost range it is.
 class Linearizer {
  public:
-  explicit Linearizer(const UOpPtr& sink) : sink_(sink), order_(toposort(sink)) {
+  explicit Linearizer(const UOpPtr& sink) : sink_(sink), order_(toposort(sink)) {  // not a rewrite: a list out
     for (size_t i = 0; i < order_.size(); ++i) position_[order_[i].get()] = i;
     for (const UOpPtr& u : order_) ranges_.of(u);
     build_loop_tree();

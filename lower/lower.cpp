@@ -27,7 +27,7 @@ std::string kernel_name(const UOpPtr& sink) {
   bool reduces = false;
   std::vector<int64_t> sizes;
   std::vector<UOpPtr> ranges;
-  for (const UOpPtr& u : toposort(sink)) {
+  for (const UOpPtr& u : toposort(sink)) {  // analysis: a name from the loops
     reduces |= u->op == Op::REDUCE;
     if (u->op == Op::RANGE) ranges.push_back(u);
   }

@@ -75,7 +75,7 @@ int64_t register_lanes(DType element, const DeviceSpec& spec) {
 
 bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict) {
   bool moves = false;
-  for (const UOpPtr& u : toposort(sink)) {
+  for (const UOpPtr& u : toposort(sink)) {  // analysis: how the loads move with r, rewrites nothing
     if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
     std::optional<int64_t> stride = index_stride(u->src[0]->src[1], r);
     bool vector = stride == 1 && u->src[0]->src.size() == 2 && !(u->src.size() == 3 && depends_on(u->src[2], r));
@@ -86,7 +86,7 @@ bool loads_contiguously(const UOpPtr& sink, const UOpPtr& r, bool strict) {
 }
 
 bool has_reduce(const UOpPtr& sink) {
-  for (const UOpPtr& u : toposort(sink))
+  for (const UOpPtr& u : toposort(sink))  // analysis
     if (u->op == Op::REDUCE) return true;
   return false;
 }
@@ -111,62 +111,147 @@ namespace {
 using namespace detail;
 
 // UNROLL: the reduce loop r runs amount times fewer iterations, each folding `amount` values.
+struct UnrollContext : RewriteContext {
+  UOpPtr r, outer;
+  int64_t amount;
+};
+
+const PatternMatcher& pm_unroll_reduce() {
+  static const PatternMatcher pm{
+      // REDUCE(x, r) -> REDUCE(x[r:=outer*amount] op ... op x[r:=outer*amount+amount-1], outer)
+      {UPat::op(Op::REDUCE).named("red"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<UnrollContext>();
+         const UOpPtr& u = m["red"];
+         if (std::find(u->src.begin() + 1, u->src.end(), c.r) == u->src.end()) return nullptr;
+         UOpPtr folded;
+         for (int64_t i = 0; i < c.amount; ++i) {
+           UOpPtr at = c.outer * const_int(c.amount, c.r->dtype) + const_int(i, c.r->dtype);
+           UOpPtr lane = graph_rewrite(substitute(u->src[0], {{c.r.get(), at}}), pm_symbolic());
+           folded = folded ? UOp::make(u->arg_as<Op>(), u->dtype, {folded, lane}) : lane;
+         }
+         std::vector<UOpPtr> src{folded};
+         for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == c.r ? c.outer : u->src[j]);
+         return UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+       }},
+  };
+  return pm;
+}
+
 UOpPtr unroll_reduce(const UOpPtr& sink, const UOpPtr& r, int64_t amount) {
-  UOpPtr outer = range(r->axis_id(), const_int(r->end()->vmax() / amount, r->dtype));
-  std::unordered_map<const UOp*, UOpPtr> replace;
-  for (const UOpPtr& u : toposort(sink)) {
-    if (u->op != Op::REDUCE) continue;
-    auto at = std::find(u->src.begin() + 1, u->src.end(), r);
-    if (at == u->src.end()) continue;
-    Op op = u->arg_as<Op>();
-    UOpPtr folded;
-    for (int64_t i = 0; i < amount; ++i) {
-      UOpPtr lane = graph_rewrite(substitute(u->src[0], {{r.get(), outer * const_int(amount, r->dtype) + const_int(i, r->dtype)}}),
-                                  pm_symbolic());
-      folded = folded ? UOp::make(op, u->dtype, {folded, lane}) : lane;
-    }
-    std::vector<UOpPtr> src{folded};
-    for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == r ? outer : u->src[j]);
-    replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
-  }
-  return substitute(sink, replace);
+  UnrollContext ctx;
+  ctx.r = r;
+  ctx.outer = range(r->axis_id(), const_int(r->end()->vmax() / amount, r->dtype));
+  ctx.amount = amount;
+  return graph_rewrite(sink, pm_unroll_reduce(), &ctx, "unroll reduce");
 }
 
 // The gate g added to an optional existing gate.
 UOpPtr and_gate(const UOpPtr& existing, const UOpPtr& g) { return existing ? UOp::make(Op::AND, dtypes::bool_, {existing, g}) : g; }
 
+// Whether gate is g, or ends with it (and_gate(existing, g)): the rules below add g once.
+bool gated_by(const UOpPtr& gate, const UOpPtr& g) { return gate == g || (gate->op == Op::AND && gate->src[1] == g); }
+
+// A load's or store's gate with g added, unless g is there already.
+std::optional<UOpPtr> add_gate(const UOp& access, size_t gate_at, const UOpPtr& g) {
+  UOpPtr existing = access.src.size() > gate_at ? access.src[gate_at] : nullptr;
+  if (existing && gated_by(existing, g)) return std::nullopt;
+  return and_gate(existing, g);
+}
+
 // PADTO: r (size n) runs to `padded`; loads and stores that move with it are masked to r < n, and a
 // reduction over it adds its identity for the extra iterations.
+struct PadContext : RewriteContext {
+  UOpPtr out, valid;
+};
+
+const PatternMatcher& pm_pad_range() {
+  static const PatternMatcher pm{
+      // REDUCE(x, out) -> REDUCE(where(out < n, x, identity), out)
+      {UPat::op(Op::REDUCE).named("red"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<PadContext>();
+         const UOpPtr& u = m["red"];
+         if (std::find(u->src.begin() + 1, u->src.end(), c.out) == u->src.end()) return nullptr;
+         if (u->src[0]->op == Op::WHERE && u->src[0]->src[0] == c.valid) return nullptr;
+         std::vector<UOpPtr> src = u->src;
+         src[0] = where(c.valid, u->src[0], const_of(u->dtype, reduce_identity(u->arg_as<Op>(), u->dtype)));
+         return UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+       }},
+      // LOAD(INDEX(buf, f(out)), alt?, gate?) -> LOAD(INDEX(...), alt or 0, gate & out < n)
+      {UPat::op(Op::LOAD, {UPat::op(Op::INDEX)}).any_len().named("ld"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<PadContext>();
+         const UOpPtr& u = m["ld"];
+         if (!depends_on(u->src[0], c.out)) return nullptr;
+         std::optional<UOpPtr> gate = add_gate(*u, 2, c.valid);
+         if (!gate) return nullptr;
+         UOpPtr alt = u->src.size() == 3 ? u->src[1] : const_of(u->dtype, int64_t{0});
+         return UOp::make(Op::LOAD, u->dtype, {u->src[0], alt, *gate}, u->arg);
+       }},
+      // STORE(INDEX(buf, f(out)), x, gate?) -> STORE(INDEX(...), x, gate & out < n)
+      {UPat::op(Op::STORE).named("st"), [](const Match& m) -> UOpPtr {
+         const auto& c = m.context<PadContext>();
+         const UOpPtr& u = m["st"];
+         if (!depends_on(u->src[0], c.out)) return nullptr;
+         std::optional<UOpPtr> gate = add_gate(*u, 2, c.valid);
+         return gate ? UOp::make(Op::STORE, u->dtype, {u->src[0], u->src[1], *gate}, u->arg) : nullptr;
+       }},
+  };
+  return pm;
+}
+
 UOpPtr pad_range(const UOpPtr& sink, const UOpPtr& r, int64_t padded, UOpPtr& out) {
-  int64_t n = r->end()->vmax();
   out = range(r->axis_id(), const_int(padded, r->dtype));
-  UOpPtr s = substitute(sink, {{r.get(), out}});
-  UOpPtr valid = lt(out, const_int(n, r->dtype));
-  // One kind of node per pass: substitute() rebuilds a node whose sources changed, so a key for the
-  // old node would no longer match. Reductions first (their values hold the loads), then loads, then
-  // stores.
-  std::unordered_map<const UOp*, UOpPtr> replace;
-  for (const UOpPtr& u : toposort(s))
-    if (u->op == Op::REDUCE && std::find(u->src.begin() + 1, u->src.end(), out) != u->src.end()) {
-      std::vector<UOpPtr> src = u->src;
-      src[0] = where(valid, u->src[0], const_of(u->dtype, reduce_identity(u->arg_as<Op>(), u->dtype)));
-      replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
-    }
-  s = substitute(s, replace);
-  replace.clear();
-  for (const UOpPtr& u : toposort(s)) {
-    if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && depends_on(u->src[0], out)) {
-      UOpPtr alt = u->src.size() == 3 ? u->src[1] : const_of(u->dtype, int64_t{0});
-      UOpPtr gate = and_gate(u->src.size() == 3 ? u->src[2] : nullptr, valid);
-      replace[u.get()] = UOp::make(Op::LOAD, u->dtype, {u->src[0], alt, gate}, u->arg);
-    }
-  }
-  s = substitute(s, replace);
-  replace.clear();
-  for (const UOpPtr& u : s->src)
-    if (u->op == Op::STORE && depends_on(u->src[0], out))
-      replace[u.get()] = UOp::make(Op::STORE, u->dtype, {u->src[0], u->src[1], and_gate(u->src.size() == 3 ? u->src[2] : nullptr, valid)}, u->arg);
-  return substitute(s, replace);
+  PadContext ctx;
+  ctx.out = out;
+  ctx.valid = lt(out, const_int(r->end()->vmax(), r->dtype));
+  return graph_rewrite(substitute(sink, {{r.get(), out}}), pm_pad_range(), &ctx, "pad range");
+}
+
+// GROUP/GROUPTOP: n work-items share the reduction over the loop r. Each reduces its part into a
+// register, writes it to shared memory, waits at a barrier, and then reduces the n partial results;
+// only work-item 0 of the group stores. GROUP gives each work-item a contiguous chunk
+// (r = item*(size/n) + i), GROUPTOP interleaves them (r = i*n + item), which coalesces on GPUs.
+struct GroupContext : RewriteContext {
+  GroupContext(int64_t& next_id, int64_t& next_local) : next_id(next_id), next_local(next_local) {}
+  int64_t& next_id;     // the kernel's counters: each reduction takes a loop and a shared buffer
+  int64_t& next_local;
+  UOpPtr r, inner, item, at, slot, first;  // at: r as inner and item; slot: this work-item's partial
+  int64_t n = 0, slots = 0, shared = 0;
+  std::optional<std::string> refused;
+};
+
+const PatternMatcher& pm_group_reduce() {
+  static const PatternMatcher pm{
+      // REDUCE(x, r) -> REDUCE(LOAD(partials[j], BARRIER(STORE(partials[slot], REDUCE(x[r:=at], inner)))), j)
+      {UPat::op(Op::REDUCE).named("red"), [](const Match& m) -> UOpPtr {
+         auto& c = m.context<GroupContext>();
+         const UOpPtr& u = m["red"];
+         if (c.refused || std::find(u->src.begin() + 1, u->src.end(), c.r) == u->src.end()) return nullptr;
+         if (u->dtype.count != 1) {
+           c.refused = "GROUP of a vectorized reduction is not supported";
+           return nullptr;
+         }
+         DType t = c.r->dtype;
+         std::vector<UOpPtr> src{graph_rewrite(substitute(u->src[0], {{c.r.get(), c.at}}), pm_symbolic())};
+         for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == c.r ? c.inner : u->src[j]);
+         UOpPtr partial = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
+         UOpPtr local = UOp::make(Op::DEFINE_LOCAL, u->dtype.ptr(), {const_int(c.slots, dtypes::int64)}, c.next_local++);
+         c.shared += c.slots * static_cast<int64_t>(u->dtype.itemsize());
+         UOpPtr write = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, local->dtype, {local, c.slot}), partial});
+         UOpPtr barrier = UOp::make(Op::BARRIER, dtypes::void_, {write});
+         UOpPtr j = range(c.next_id++, const_int(c.n, t));
+         UOpPtr read_slot = graph_rewrite(substitute(c.slot, {{c.item.get(), j}}), pm_symbolic());
+         UOpPtr read = UOp::make(Op::LOAD, u->dtype, {UOp::make(Op::INDEX, local->dtype, {local, read_slot}), barrier});
+         return UOp::make(Op::REDUCE, u->dtype, {read, j}, u->arg);
+       }},
+      // Every work-item of the group computes the same result: STORE(global, x, gate?) -> STORE(..., gate & item == 0)
+      {UPat::op(Op::STORE, {UPat::op(Op::INDEX, {UPat::op(Op::DEFINE_GLOBAL)}).any_len()}).any_len().named("st"),
+       [](const Match& m) -> UOpPtr {
+         const UOpPtr& u = m["st"];
+         std::optional<UOpPtr> gate = add_gate(*u, 2, m.context<GroupContext>().first);
+         return gate ? UOp::make(Op::STORE, u->dtype, {u->src[0], u->src[1], *gate}, u->arg) : nullptr;
+       }},
+  };
+  return pm;
 }
 
 }  // namespace
@@ -175,7 +260,7 @@ class detail::OptApplier::Impl {
  public:
   Impl(const UOpPtr& prepared, const DeviceSpec& spec) : spec_(spec), sink_(prepared) {
     std::vector<UOpPtr> outputs, reduces;
-    for (const UOpPtr& u : toposort(sink_)) {
+    for (const UOpPtr& u : toposort(sink_)) {  // analysis: collects the axes, rewrites nothing
       if (u->op == Op::RANGE) next_id_ = std::max(next_id_, u->axis_id() + 1);
       if (u->op == Op::STORE)
         for (const UOpPtr& r : ranges_of(u->src[0]))
@@ -266,7 +351,7 @@ class detail::OptApplier::Impl {
         int64_t padded = (size + n - 1) / n * n;
         if (padded == size) return reject(cat("the axis's ", size, " iterations are already a multiple of ", n));
         if (padded > size * 2) return reject(cat("padding ", size, " to ", padded, " more than doubles the work"));
-        for (const UOpPtr& u : toposort(sink_))
+        for (const UOpPtr& u : toposort(sink_))  // analysis: a check before pm_pad_range
           if ((u->op == Op::IDIV || u->op == Op::MOD) && u->src[1]->op != Op::CONST)
             return reject("the kernel divides by a loaded value, which the masked iterations would make 0");
         UOpPtr before = a.range, after;
@@ -316,12 +401,9 @@ class detail::OptApplier::Impl {
     for (auto [x, y] : swaps_) {
       UOpPtr& rx = axes_[x].range;
       UOpPtr& ry = axes_[y].range;
-      int64_t ix = rx->axis_id(), iy = ry->axis_id();
-      // Through fresh ids first: range(iy, end of x) may be the very node ry when the sizes match.
-      UOpPtr tx = range(next_id_++, rx->end()), ty = range(next_id_++, ry->end());
-      sink_ = substitute(sink_, {{rx.get(), tx}, {ry.get(), ty}});
-      UOpPtr nx = range(iy, rx->end()), ny = range(ix, ry->end());
-      sink_ = substitute(sink_, {{tx.get(), nx}, {ty.get(), ny}});
+      // One substitute: its values are not renamed again, so range(iy, end of x) may be the node ry.
+      UOpPtr nx = range(ry->axis_id(), rx->end()), ny = range(rx->axis_id(), ry->end());
+      sink_ = substitute(sink_, {{rx.get(), nx}, {ry.get(), ny}});
       rx = nx;
       ry = ny;
     }
@@ -412,58 +494,35 @@ class detail::OptApplier::Impl {
     return std::nullopt;
   }
 
-  // GROUP/GROUPTOP: n work-items share the reduction over a's loop. Each reduces its part into a
-  // register, writes it to shared memory, waits at a barrier, and then reduces the n partial results;
-  // only work-item 0 of the group stores. GROUP gives each work-item a contiguous chunk
-  // (r = item*(size/n) + i), GROUPTOP interleaves them (r = i*n + item), which coalesces on GPUs.
+  // GROUP/GROUPTOP over a's loop (pm_group_reduce); changes nothing when refused.
   std::optional<std::string> group_reduce(Axis& a, int64_t n, bool top) {
     const UOpPtr& r = a.range;
     DType t = r->dtype;
     int64_t size = r->end()->vmax();
-    UOpPtr inner = range(r->axis_id(), const_int(size / n, t));
-    UOpPtr item = range(next_id_++, const_int(n, t));
-    UOpPtr at = top ? inner * const_int(n, t) + item : item * const_int(size / n, t) + inner;
+    GroupContext ctx{next_id_, next_local_};
+    ctx.r = r;
+    ctx.inner = range(r->axis_id(), const_int(size / n, t));
+    ctx.item = range(next_id_++, const_int(n, t));
+    ctx.n = n;
+    ctx.at = top ? ctx.inner * const_int(n, t) + ctx.item : ctx.item * const_int(size / n, t) + ctx.inner;
     // Where this work-item's partial goes: its group item, then the output work-item ids above it.
-    UOpPtr slot = item;
-    int64_t slots = n;
+    ctx.slot = ctx.item;
+    ctx.slots = n;
     for (const Axis& other : axes_)
       if (other.local) {
-        slot = slot + other.local * const_int(slots, t);
-        slots *= other.local->end()->vmax();
+        ctx.slot = ctx.slot + other.local * const_int(ctx.slots, t);
+        ctx.slots *= other.local->end()->vmax();
       }
-    std::unordered_map<const UOp*, UOpPtr> replace;
-    int64_t shared = 0;
-    for (const UOpPtr& u : toposort(sink_)) {
-      if (u->op != Op::REDUCE || std::find(u->src.begin() + 1, u->src.end(), r) == u->src.end()) continue;
-      if (u->dtype.count != 1) return std::optional<std::string>("GROUP of a vectorized reduction is not supported");
-      Op op = u->arg_as<Op>();
-      std::vector<UOpPtr> src{graph_rewrite(substitute(u->src[0], {{r.get(), at}}), pm_symbolic())};
-      for (size_t j = 1; j < u->src.size(); ++j) src.push_back(u->src[j] == r ? inner : u->src[j]);
-      UOpPtr partial = UOp::make(Op::REDUCE, u->dtype, src, u->arg);
-      UOpPtr local = UOp::make(Op::DEFINE_LOCAL, u->dtype.ptr(), {const_int(slots, dtypes::int64)}, next_local_++);
-      shared += slots * static_cast<int64_t>(u->dtype.itemsize());
-      UOpPtr write = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, local->dtype, {local, slot}), partial});
-      UOpPtr barrier = UOp::make(Op::BARRIER, dtypes::void_, {write});
-      UOpPtr j = range(next_id_++, const_int(n, t));
-      UOpPtr read_slot = graph_rewrite(substitute(slot, {{item.get(), j}}), pm_symbolic());
-      UOpPtr read = UOp::make(Op::LOAD, u->dtype, {UOp::make(Op::INDEX, local->dtype, {local, read_slot}), barrier});
-      replace[u.get()] = UOp::make(Op::REDUCE, u->dtype, {read, j}, op);
-    }
-    if (shared_used_ + shared > spec_.shared_bytes)
-      return cat("the partial results need ", shared_used_ + shared, " bytes of shared memory; ", spec_.name, " has ",
+    ctx.first = eq(ctx.item, const_int(0, t));
+    UOpPtr s = graph_rewrite(sink_, pm_group_reduce(), &ctx, "group reduce");
+    if (ctx.refused) return ctx.refused;
+    if (shared_used_ + ctx.shared > spec_.shared_bytes)
+      return cat("the partial results need ", shared_used_ + ctx.shared, " bytes of shared memory; ", spec_.name, " has ",
                  spec_.shared_bytes);
-    shared_used_ += shared;
-    UOpPtr s = substitute(sink_, replace);
-    // Every work-item of the group computes the same result: work-item 0 stores it (a second pass,
-    // as substitute() rebuilt the stores whose values changed).
-    replace.clear();
-    UOpPtr first = eq(item, const_int(0, t));
-    for (const UOpPtr& st : s->src)
-      if (st->op == Op::STORE)
-        replace[st.get()] = UOp::make(Op::STORE, st->dtype, {st->src[0], st->src[1], and_gate(st->src.size() == 3 ? st->src[2] : nullptr, first)}, st->arg);
-    sink_ = substitute(s, replace);
-    a.range = inner;
-    a.local = item;
+    shared_used_ += ctx.shared;
+    sink_ = s;
+    a.range = ctx.inner;
+    a.local = ctx.item;
     a.split = true;
     return std::nullopt;
   }

@@ -331,7 +331,7 @@ const PatternMatcher& pm_gep_through_alu() {
 }  // namespace
 
 UOpPtr combine_accesses(const UOpPtr& sink, int64_t vector_bytes) {
-  std::vector<UOpPtr> order = toposort(sink);
+  std::vector<UOpPtr> order = toposort(sink);  // analysis: finds runs; the substitute below rewrites
   // A load whose value is broadcast into a vector stays scalar: x86 broadcasts straight from memory, so a
   // vector load would only add a shuffle per use (a register tile's values meeting a vector of the other
   // operand).

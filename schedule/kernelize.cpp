@@ -94,6 +94,8 @@ UOpPtr KernelBuilder::index(const UOpPtr& u, const std::vector<UOpPtr>& idx, con
   return out;
 }
 
+// Not a rule table: one tensor node becomes a different expression under each index it is read at (idx
+// and valid come from the reader), and graph_rewrite keeps one result per node.
 UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid) {
   // A tensor with no elements has no value to read: a kernel reaches it only through padding that is never
   // inside or a reduction over an empty axis, so any placeholder serves, and no buffer is touched.

@@ -21,7 +21,7 @@ struct LoadInfo {
 
 std::vector<LoadInfo> global_loads(const UOpPtr& ast) {
   std::vector<LoadInfo> out;
-  for (const UOpPtr& u : toposort(ast))
+  for (const UOpPtr& u : toposort(ast))  // analysis: collects the loads
     if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && u->src[0]->src[0]->op == Op::DEFINE_GLOBAL)
       out.push_back({u, u->src[0]->src[0]->arg_as<int64_t>()});
   return out;
@@ -42,7 +42,7 @@ int walk(const LoadInfo& l, const UOpPtr& r) {
 // depends on something other than loops and constants (a variable), which a copy cannot capture.
 std::vector<UOpPtr> packed_order(const UOpPtr& load, const UOpPtr& last) {
   std::vector<UOpPtr> loops;
-  for (const UOpPtr& u : toposort(load)) {
+  for (const UOpPtr& u : toposort(load)) {  // analysis: the loops a load depends on
     if (u->op == Op::DEFINE_VAR) return {};
     if (u->op == Op::RANGE && u != last) loops.push_back(u);
   }
@@ -115,22 +115,17 @@ std::optional<size_t> strided_operand_to_copy(const std::array<UOpPtr, 2>& opera
 }  // namespace
 
 // Renumbers the DEFINE_GLOBAL slots the AST uses as 0..n-1 (in slot order) and drops unused buffers.
-// In two steps, through numbers no slot has: substitute() would also rename a node it just made.
 void compact_slots(ScheduleItem& item) {
   std::map<int64_t, UOpPtr> used;
-  for (const UOpPtr& u : toposort(item.ast))
+  for (const UOpPtr& u : toposort(item.ast))  // analysis: collects the slots in use, rewrites nothing
     if (u->op == Op::DEFINE_GLOBAL) used[u->arg_as<int64_t>()] = u;
-  const int64_t apart = static_cast<int64_t>(item.bufs.size());
-  std::unordered_map<const UOp*, UOpPtr> away, back;
-  std::vector<UOpPtr> bufs, pinned;
+  std::unordered_map<const UOp*, UOpPtr> renumber;
+  std::vector<UOpPtr> bufs;
   for (const auto& [slot, node] : used) {
-    int64_t now = static_cast<int64_t>(bufs.size());
+    renumber[node.get()] = UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, static_cast<int64_t>(bufs.size()));
     bufs.push_back(item.bufs[static_cast<size_t>(slot)]);
-    pinned.push_back(UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, apart + now));
-    away[node.get()] = pinned.back();
-    back[pinned.back().get()] = UOp::make(Op::DEFINE_GLOBAL, node->dtype, {}, now);
   }
-  item.ast = substitute(substitute(item.ast, away), back);
+  item.ast = substitute(item.ast, renumber);  // one pass: a slot renumbered to another's is not renumbered again
   item.bufs = std::move(bufs);
 }
 
@@ -138,14 +133,14 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
   const UOpPtr& ast = item.ast;
   if (item.kind != ScheduleItem::Kind::Kernel || ast->src.size() != 1 || ast->src[0]->op != Op::STORE) return {};
   std::vector<UOpPtr> outputs, all, reduces;
-  for (const UOpPtr& u : toposort(ast)) {
+  for (const UOpPtr& u : toposort(ast)) {  // analysis: the reductions and loops
     if (u->op == Op::REDUCE) reduces.push_back(u);
     if (u->op == Op::RANGE) all.push_back(u);
   }
   // One reduction of a product: its two factors are the operands (a matmul's, a conv's).
   if (reduces.size() != 1 || reduces[0]->src[0]->op != Op::MUL) return {};
   std::array<UOpPtr, 2> operands{reduces[0]->src[0]->src[0], reduces[0]->src[0]->src[1]};
-  for (const UOpPtr& u : toposort(ast->src[0]->src[0]))
+  for (const UOpPtr& u : toposort(ast->src[0]->src[0]))  // analysis: the output loops
     if (u->op == Op::RANGE) outputs.push_back(u);
   std::sort(outputs.begin(), outputs.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->axis_id() < b->axis_id(); });
   std::vector<LoadInfo> loads = global_loads(ast);
@@ -170,9 +165,9 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
     std::vector<ScheduleItem> out;
     std::unordered_map<const UOp*, UOpPtr> replace;
     for (const auto& [x, order] : packs) {
-      // The copy: new loops in the packed order, with ids after all of the kernel's (substitute() would
-      // rename a loop twice if a new one equalled an old one), reading the operand's buffers from their
-      // slots; slot 0 is the copy. compact_slots then numbers the slots it uses from 0.
+      // The copy: new loops in the packed order, with ids after all of the kernel's, reading the
+      // operand's buffers from their slots; slot 0 is the copy. compact_slots then numbers the slots it
+      // uses from 0.
       std::unordered_map<const UOp*, UOpPtr> own;
       std::vector<UOpPtr> loops;
       for (size_t i = 0; i < order.size(); ++i) {

@@ -90,7 +90,7 @@ Layout preferred_layout(const UOpPtr& ast, const std::vector<UOpPtr>& bufs, cons
     if (shape[i] != 1) axes.push_back(i);
   if (axes.size() < 2) return {};
   std::map<Layout, int64_t> votes;
-  for (const UOpPtr& u : toposort(ast)) {
+  for (const UOpPtr& u : toposort(ast)) {  // analysis: votes for a layout, rewrites nothing
     if (u->op == Op::REDUCE) return {};
     if (u->op != Op::INDEX || u->src[0]->op != Op::DEFINE_GLOBAL) continue;
     size_t slot = static_cast<size_t>(u->src[0]->arg_as<int64_t>());

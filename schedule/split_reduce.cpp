@@ -9,31 +9,18 @@ namespace kiln {
 
 namespace {
 
-// Every RANGE's axis id moved up by one (room for a new outermost loop). In two steps, through ids no
-// loop has, since substitute() would also rename a loop it just made.
-UOpPtr shift_ranges(const UOpPtr& ast) {
-  std::vector<UOpPtr> ranges;
-  int64_t top = 0;
-  for (const UOpPtr& u : toposort(ast))
-    if (u->op == Op::RANGE) {
-      ranges.push_back(u);
-      top = std::max(top, u->axis_id());
-    }
-  std::unordered_map<const UOp*, UOpPtr> away, back;
-  std::vector<UOpPtr> pinned;
-  for (const UOpPtr& r : ranges) {
-    pinned.push_back(range(r->axis_id() + top + 2, r->end()));
-    away[r.get()] = pinned.back();
-    back[pinned.back().get()] = range(r->axis_id() + 1, r->end());
-  }
-  return substitute(substitute(ast, away), back);
-}
-
 std::vector<UOpPtr> ranges_in(const UOpPtr& u) {
   std::vector<UOpPtr> out;
-  for (const UOpPtr& n : toposort(u))
+  for (const UOpPtr& n : toposort(u))  // analysis
     if (n->op == Op::RANGE) out.push_back(n);
   return out;
+}
+
+// Every RANGE's axis id moved up by one (room for a new outermost loop).
+UOpPtr shift_ranges(const UOpPtr& ast) {
+  std::unordered_map<const UOp*, UOpPtr> shifted;
+  for (const UOpPtr& r : ranges_in(ast)) shifted[r.get()] = range(r->axis_id() + 1, r->end());
+  return substitute(ast, shifted);  // one pass: a loop renamed to another's id is not renamed again
 }
 
 }  // namespace
@@ -45,14 +32,14 @@ std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& m
   if (store->op != Op::STORE || store->src.size() != 2) return {};
   // One reduction, with elementwise work after it (a scale, a cast) that the total then does.
   std::vector<UOpPtr> reduces;
-  for (const UOpPtr& u : toposort(store->src[1]))
+  for (const UOpPtr& u : toposort(store->src[1]))  // analysis: finds the reduction
     if (u->op == Op::REDUCE) reduces.push_back(u);
   if (reduces.size() != 1) return {};
   const UOpPtr reduce = reduces[0];
   Op op = reduce->arg_as<Op>();
   if (op != Op::ADD && op != Op::MAX && op != Op::MIN) return {};
   std::set<int64_t> slots;
-  for (const UOpPtr& u : toposort(reduce))
+  for (const UOpPtr& u : toposort(reduce))  // analysis: the buffers it reads
     if (u->op == Op::DEFINE_GLOBAL) slots.insert(u->arg_as<int64_t>());
   double bytes = 0, elements = 0;
   for (int64_t slot : slots) {
@@ -86,7 +73,7 @@ std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& m
   UOpPtr shifted = shift_ranges(ast);
   const UOpPtr& s_store = shifted->src[0];
   UOpPtr s_reduce;
-  for (const UOpPtr& u : toposort(s_store->src[1]))
+  for (const UOpPtr& u : toposort(s_store->src[1]))  // analysis: finds the reduction
     if (u->op == Op::REDUCE) s_reduce = u;
   UOpPtr s_outer = range(outer->axis_id() + 1, outer->end());
   DType t = outer->dtype;

@@ -162,7 +162,7 @@ class LoopScopes {
 }  // namespace
 
 void check_kernel_ast(const UOpPtr& ast) {
-  std::vector<UOpPtr> nodes = toposort(ast);
+  std::vector<UOpPtr> nodes = toposort(ast);  // analysis: validates an untrusted AST
   if (nodes.size() > kMaxKernelAstNodes)
     throw Error(cat("check_kernel_ast: ", nodes.size(), " nodes, more than the ", kMaxKernelAstNodes, " a kernel AST may have"));
   std::map<int64_t, DType> slots;

@@ -33,7 +33,7 @@ double kernel_flops(const UOpPtr& ast) {
     return n;
   };
   double flops = 0;
-  for (const UOpPtr& u : toposort(ast)) {
+  for (const UOpPtr& u : toposort(ast)) {  // analysis: counts flops, rewrites nothing
     std::set<const UOp*>& mine = loops[u.get()];
     for (const UOpPtr& s : u->src) mine.insert(loops[s.get()].begin(), loops[s.get()].end());
     if (u->op == Op::RANGE) mine.insert(u.get());

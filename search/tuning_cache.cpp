@@ -319,7 +319,7 @@ std::string TuningKey::str() const {
   return cat(ast_hash, " | ", device, " | ", renderer, " | actions=", action_space, " | ", search, " | schema=", schema);
 }
 
-std::string ast_text(const UOpPtr& ast) { return serialize_program(toposort(ast)); }
+std::string ast_text(const UOpPtr& ast) { return serialize_program(toposort(ast)); }  // not a rewrite: text out
 
 UOpPtr parse_ast_text(const std::string& text) {
   // Counted before parsing: parse_program holds a record per line.

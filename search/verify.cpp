@@ -34,7 +34,7 @@ constexpr int64_t kMaxIndexShift = int64_t{1} << 40;      // past any buffer ver
 // exactly once, and a moved index may equal another original one (a rule would move it again).
 UOpPtr indexes_from_zero(const UOpPtr& ast) {
   std::map<int64_t, int64_t> lowest;  // slot -> lowest index
-  for (const UOpPtr& u : toposort(ast))
+  for (const UOpPtr& u : toposort(ast))  // analysis: the lowest index per buffer
     if (u->op == Op::INDEX && u->src[0]->op == Op::DEFINE_GLOBAL) {
       int64_t& low = lowest.try_emplace(u->src[0]->arg_as<int64_t>(), 0).first->second;
       low = std::min(low, u->src[1]->vmin());
@@ -45,7 +45,7 @@ UOpPtr indexes_from_zero(const UOpPtr& ast) {
       throw Error(cat("verify_opts: buffer ", slot, " is indexed as low as ", low, " (an index with no lower bound?); such ",
                       "kernels cannot be checked alone"));
   std::unordered_map<const UOp*, UOpPtr> moved;
-  for (const UOpPtr& u : toposort(ast)) {
+  for (const UOpPtr& u : toposort(ast)) {  // a walk: substitute() could serve now
     std::vector<UOpPtr> src;
     for (const UOpPtr& s : u->src) src.push_back(moved.at(s.get()));
     UOpPtr n = u->with_src(std::move(src));
@@ -59,7 +59,7 @@ UOpPtr indexes_from_zero(const UOpPtr& ast) {
 
 std::vector<Slot> slots_of(const UOpPtr& ast) {
   std::map<int64_t, Slot> slots;
-  for (const UOpPtr& u : toposort(ast)) {
+  for (const UOpPtr& u : toposort(ast)) {  // analysis: the slots and their sizes
     if (u->op == Op::DEFINE_GLOBAL) slots.emplace(u->arg_as<int64_t>(), Slot{u->dtype.deref(), 1, false});
     if (u->op == Op::INDEX && u->src[0]->op == Op::DEFINE_GLOBAL) {
       Slot& s = slots[u->src[0]->arg_as<int64_t>()];

@@ -1,4 +1,4 @@
-// The pattern matcher and graph_rewrite: matching, composition, memoization, fixed points, loops.
+// The pattern matcher, graph_rewrite (bottom-up, pre-order) and substitute: matching, memoization, loops.
 #include "helpers.h"
 #include "uop/rewrite.h"
 
@@ -145,4 +145,60 @@ TEST_CASE("graph_rewrite and node destruction handle very deep graphs", "[rewrit
   CHECK(graph_rewrite(e, pm) == UOp::make(Op::NEG, a->dtype, {a}));
   e = nullptr;  // frees a 100001-node chain without recursing per node
   CHECK(a->op == Op::DEFINE_VAR);
+}
+
+TEST_CASE("pre-order: rules see a node before its sources are rewritten", "[rewrite]") {
+  // (x+0)*1: bottom-up rewrites x+0 first, so a rule for "(y+0)*1 as built" never sees it.
+  UOpPtr a = var("a", 0, 9);
+  PatternMatcher pm{
+      {(X + 0) * 1, [](const Match& m) { return m["x"] * 7; }},  // (x+0)*1 -> x*7, only as built
+      {X + 0, keep_x},                                            // x+0 -> x
+  };
+  UOpPtr e = (a + 0) * 1;
+  CHECK(graph_rewrite(e, pm, nullptr, {}, RewriteOrder::PreOrder) == a * 7);
+  CHECK(graph_rewrite(e, pm) == a * 1);  // bottom-up: the sources changed first
+  // A replacement is visited again: its own matches and its sources' are rewritten.
+  UOpPtr nested = ((a + 0) * 1 + 0) * 1;
+  CHECK(graph_rewrite(nested, pm, nullptr, {}, RewriteOrder::PreOrder) == (a * 7) * 7);
+  // A node no rule matched is rebuilt over its rewritten sources, and not offered to the rules again.
+  CHECK(graph_rewrite(-(a + 0), pm, nullptr, {}, RewriteOrder::PreOrder) == -a);
+  CHECK(graph_rewrite((a * 1) + 0, pm, nullptr, {}, RewriteOrder::PreOrder) == a * 1);
+}
+
+TEST_CASE("pre-order: a shared subgraph is rewritten once, and loops and growth throw", "[rewrite][errors]") {
+  int calls = 0;
+  PatternMatcher once{{X * 1, [&calls](const Match& m) { ++calls; return m["x"]; }}};
+  UOpPtr a = var("a", 0, 9), shared = a * 1, e = shared;
+  for (int i = 0; i < 30; ++i) e = e + shared;
+  graph_rewrite(e, once, nullptr, {}, RewriteOrder::PreOrder);
+  CHECK(calls == 1);
+  // x -> -x rewrites x again inside its own replacement: a loop.
+  PatternMatcher wrap{{UPat::op(Op::DEFINE_VAR).named("x"), [](const Match& m) { return -m["x"]; }}};
+  CHECK_THROWS_WITH(graph_rewrite(a + 1, wrap, nullptr, "wrap-test", RewriteOrder::PreOrder),
+                    Catch::Contains("wrap-test") && Catch::Contains("loop"));
+  // x*c -> x*(c+1) at one place forever: bounded.
+  PatternMatcher grow{{UPat::op(Op::MUL, {X, UPat::cvar("c")}), [](const Match& m) {
+                         return m["x"] * (as_int64(m["c"]->const_value()) + 1); }}};
+  CHECK_THROWS_WITH(graph_rewrite(a * 1, grow, nullptr, {}, RewriteOrder::PreOrder), Catch::Contains("fixed point"));
+  // --x -> x down a deep chain nests one replacement per level, which is not growth.
+  PatternMatcher neg{{UPat::op(Op::NEG, {UPat::op(Op::NEG, {X})}), keep_x}};
+  UOpPtr deep = a;
+  for (int i = 0; i < 100001; ++i) deep = UOp::make(Op::NEG, deep->dtype, {deep});
+  CHECK(graph_rewrite(deep, neg, nullptr, {}, RewriteOrder::PreOrder) == UOp::make(Op::NEG, a->dtype, {a}));
+}
+
+TEST_CASE("substitute matches keys as found, before their sources change", "[rewrite]") {
+  UOpPtr a = var("a", 0, 9), b = var("b", 0, 9), c = var("c", 0, 9);
+  // Both a and a+b are keys: a+b still matches although its source a is also replaced. (Bottom-up,
+  // a+b was rebuilt as c+b first, which is no key, and the result was (c+b)*2.)
+  UOpPtr sum = a + b;
+  CHECK(substitute(sum * 2, {{a.get(), c}, {sum.get(), b}}) == b * 2);
+  CHECK(substitute(a * sum, {{a.get(), c}, {sum.get(), b}}) == c * b);
+  // Values are taken as they are: r -> r+1 ends, and a swap of two nodes needs no third name.
+  CHECK(substitute(a * 3, {{a.get(), a + 1}}) == (a + 1) * 3);
+  CHECK(substitute(a - b, {{a.get(), b}, {b.get(), a}}) == b - a);
+  // Nodes that are no key keep their identity when nothing under them changes.
+  UOpPtr untouched = b * 5;
+  CHECK(substitute(untouched + a, {{a.get(), c}}) == untouched + c);
+  CHECK(substitute(untouched, {{a.get(), c}}) == untouched);
 }

@@ -14,6 +14,15 @@ thread_local size_t g_rules_fired = 0;
 
 // A chain of replacements this long without reaching a fixed point is a rule set that grows forever.
 constexpr size_t kMaxReplacementDepth = 20000;
+// Pre-order nests a node's rewrite inside its parent's, so a chain of legitimately replaced nodes nests
+// as deep as the graph (--x -> x down a 100,000-node chain): the bound is the graph depth kiln could
+// hold, not the length of one rule chain.
+constexpr size_t kMaxPreOrderDepth = size_t{1} << 20;
+
+// How a Rewriter visits: sources first (rules see rebuilt nodes, to a fixed point), a node first (rules
+// see it as found; a replacement is visited the same way), or a node first with replacements taken as
+// they are (substitute).
+enum class Mode { BottomUp, PreOrder, Substitute };
 
 // An explicit stack instead of recursion: lowered kernels make graphs deep enough to overflow it.
 struct Frame {
@@ -25,7 +34,8 @@ struct Frame {
 
 class Rewriter {
  public:
-  Rewriter(const PatternMatcher& pm, RewriteContext* ctx, std::string_view name) : pm_(pm), ctx_(ctx), name_(name) {}
+  Rewriter(const PatternMatcher& pm, RewriteContext* ctx, std::string_view name, Mode mode)
+      : pm_(pm), ctx_(ctx), name_(name), mode_(mode) {}
 
   UOpPtr run(const UOpPtr& root) {
     stack_.push_back(Frame{root, Frame::Visit});
@@ -46,6 +56,12 @@ class Rewriter {
     const UOp* key = frame.node.get();
     if (memo_.count(key)) return;
     if (in_progress_.count(key)) throw_loop(frame.node);
+    if (mode_ != Mode::BottomUp)
+      if (std::optional<PatternMatcher::Fired> fired = pm_.rewrite(frame.node, ctx_)) {
+        if (mode_ == Mode::Substitute) return set(frame.node, fired->replacement);
+        in_progress_.insert(key);
+        return replace(frame.node, *fired, kMaxPreOrderDepth);
+      }
     in_progress_.insert(key);
     stack_.push_back(Frame{frame.node, Frame::Rebuild});
     for (auto it = frame.node->src.rbegin(); it != frame.node->src.rend(); ++it)
@@ -62,6 +78,7 @@ class Rewriter {
       changed |= new_src.back() != s;
     }
     UOpPtr current = changed ? node->with_src(std::move(new_src)) : node;
+    if (mode_ != Mode::BottomUp) return set(node, current);  // rules saw the node before its sources
     if (current != node) {
       if (auto done = memo_.find(current.get()); done != memo_.end()) return set(node, done->second.second);
       in_progress_.insert(current.get());
@@ -71,11 +88,16 @@ class Rewriter {
       if (current != node) set(current, current);
       return set(node, current);
     }
+    replace(node, *fired, kMaxReplacementDepth, current);
+  }
+
+  // node (or `current`, its rebuilt copy) becomes whatever the rule's replacement rewrites to.
+  void replace(const UOpPtr& node, const PatternMatcher::Fired& fired, size_t max_depth, const UOpPtr& current = nullptr) {
     ++g_rules_fired;
-    if (++depth_ > kMaxReplacementDepth) throw_runaway(*fired->rule);
-    chain_.push_back({current, fired->rule});
-    stack_.push_back({node, Frame::Finish, fired->replacement, fired->rule});
-    stack_.push_back(Frame{fired->replacement, Frame::Visit});
+    if (++depth_ > max_depth) throw_runaway(*fired.rule, max_depth);
+    chain_.push_back({current ? current : node, fired.rule});
+    stack_.push_back({node, Frame::Finish, fired.replacement, fired.rule});
+    stack_.push_back(Frame{fired.replacement, Frame::Visit});
   }
 
   void finish(Frame frame) {
@@ -108,15 +130,16 @@ class Rewriter {
                             "\nFix the rule so that its result no longer matches the pattern that produced it."));
   }
 
-  [[noreturn]] void throw_runaway(const Rule& last) {
+  [[noreturn]] void throw_runaway(const Rule& last, size_t max_depth) {
     throw InternalError(cat("graph_rewrite", name_.empty() ? "" : cat(" (", name_, ")"),
-                            ": no fixed point after ", kMaxReplacementDepth, " nested rewrites; the last rule was ",
+                            ": no fixed point after ", max_depth, " nested rewrites; the last rule was ",
                             last.describe(), ". A rule keeps producing new nodes that match again."));
   }
 
   const PatternMatcher& pm_;
   RewriteContext* ctx_;
   std::string_view name_;
+  Mode mode_;
   std::vector<Frame> stack_;
   std::unordered_map<const UOp*, std::pair<UOpPtr, UOpPtr>> memo_;
   std::unordered_set<const UOp*> in_progress_;
@@ -126,17 +149,14 @@ class Rewriter {
 
 }  // namespace
 
-UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm, RewriteContext* ctx, std::string_view pass_name) {
-  UOpPtr out = Rewriter(pm, ctx, pass_name).run(root);
+UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm, RewriteContext* ctx, std::string_view pass_name,
+                     RewriteOrder order) {
+  UOpPtr out = Rewriter(pm, ctx, pass_name, order == RewriteOrder::PreOrder ? Mode::PreOrder : Mode::BottomUp).run(root);
   if (!pass_name.empty() && config().debug >= 5) std::cerr << "--- after " << pass_name << "\n" << print_graph(out);
   return out;
 }
 
 size_t rewrite_rules_fired() { return g_rules_fired; }
-
-}  // namespace kiln
-
-namespace kiln {
 
 namespace {
 struct SubstituteContext : RewriteContext {
@@ -152,7 +172,7 @@ UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPt
   }}};
   SubstituteContext ctx;
   ctx.replace = &replace;
-  return graph_rewrite(root, pm_substitute, &ctx);
+  return Rewriter(pm_substitute, &ctx, "substitute", Mode::Substitute).run(root);
 }
 
 }  // namespace kiln

@@ -350,7 +350,8 @@ const PatternMatcher& pm_symbolic() {
 UOpPtr simplify(const UOpPtr& x) { return graph_rewrite(x, pm_symbolic()); }
 
 std::optional<int64_t> index_stride(const UOpPtr& index, const UOpPtr& r) {
-  // A variable stands for r: substitute() rewrites what it substitutes, so r -> r+1 would not end.
+  // A step from x to x+1 inside the loop: x runs to end-2, so both ends are iterations r has (with r
+  // itself, r+1 could reach end, and the index math that folds for r's values would not fold for it).
   UOpPtr x = var("step", 0, std::max<int64_t>(r->end()->vmax() - 2, 0), r->dtype);
   UOpPtr step = simplify(substitute(index, {{r.get(), x + const_int(1, r->dtype)}}) - substitute(index, {{r.get(), x}}));
   if (step->op != Op::CONST) return std::nullopt;
