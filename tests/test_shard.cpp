@@ -68,7 +68,7 @@ const Placement kSplit0 = Placement::split(0), kSplit1 = Placement::split(1), kB
 
 // --- device instances ---------------------------------------------------------------------------
 
-TEST_CASE("devices: an index names another instance of a device; CPU:0 is CPU", "[shard]") {
+TEST_CASE("devices: an index names another instance of a device, and CPU:0 is CPU", "[shard]") {
   CHECK(&get_device("CPU:0") == &get_device("CPU"));
   CHECK(&get_device("cpu") == &get_device("CPU"));
   CHECK(&get_device("CPU:1") != &get_device("CPU"));
@@ -87,7 +87,7 @@ TEST_CASE("devices: an index names another instance of a device; CPU:0 is CPU", 
   CHECK_THROWS_WITH(Tensor::zeros({2}, dtypes::float32, "CPU:"), Contains("non-negative integer"));
 }
 
-TEST_CASE("devices: tensors on two instances do not mix; the error names both and to()", "[shard]") {
+TEST_CASE("devices: tensors on two instances do not mix, and the error names both and to()", "[shard]") {
   Tensor a = values({2, 3}, 1, "CPU"), b = values({2, 3}, 2, "CPU:1"), m = values({3, 2}, 3, "CPU:1");
   CHECK_THROWS_WITH(a + b, Contains("add") && Contains("CPU") && Contains("CPU:1") && Contains("to()"));
   CHECK_THROWS_WITH(a.matmul(m), Contains("CPU:1") && Contains("to()"));
