@@ -153,7 +153,14 @@ struct DeviceStatus {
 
 std::vector<std::string> device_names();        // every registered device, in KILN_DEVICES order
 std::vector<DeviceStatus> probe_devices();       // tries to open each one
+// A name may carry an instance index: "CPU:1" is a second instance of the CPU device (its own buffers
+// and programs, made by the same factory on first use), for sharding a tensor across devices of one
+// process (frontend/shard.h). "CPU:0" is "CPU". Instances share their DeviceSpec's name ("CPU"), so they
+// share tuning and compiled-binary caches; tensors on two instances are on different devices.
 Device& get_device(std::string_view name);      // opens on first use; throws Error saying why not
+// The one spelling of a device name: upper case, ":0" dropped ("cpu:0" -> "CPU", "cpu:1" -> "CPU:1").
+// Throws Error for an unknown device or an index that is not a non-negative integer.
+std::string canonical_device_name(std::string_view name);
 std::string default_device_name();              // KILN_DEVICE if set, else the first available
 // The first available device, in registry order, whose DeviceSpec satisfies `wanted`; nullopt when none.
 // Tools and tests pick devices by what they are (the oracle, CPU-style, in-process), never by name.

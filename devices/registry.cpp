@@ -1,10 +1,11 @@
-// The device registry: the list generated from KILN_DEVICES in devices/CMakeLists.txt, each device
-// opened at most once per process.
+// The device registry: the list generated from KILN_DEVICES in devices/CMakeLists.txt, each device (and
+// each further instance of one, "CPU:1") opened at most once per process.
 #include <algorithm>
 #include <cctype>
 #include <deque>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -56,17 +57,34 @@ std::string registered_list() {
 }
 
 // Device names are upper case; `get_device("cpu")` is accepted too, as KILN_DEVICE=cpu is.
-size_t index_of(std::string_view name) {
+std::string upper_case(std::string_view name) {
   std::string upper(name);
   for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return upper;
+}
+
+size_t index_of(std::string_view name) {
+  std::string upper = upper_case(name);
   for (size_t i = 0; i < entries().size(); ++i)
     if (upper == entries()[i].name) return i;
   throw Error(cat("unknown device \"", name, "\"; the registered devices are ", registered_list(),
-                  " (choose one with KILN_DEVICE or --device)"));
+                  " (choose one with KILN_DEVICE or --device; an instance index may follow, as in CPU:1)"));
 }
 
-Slot& open(size_t i) {
-  Slot& slot = slots()[i];
+// "CPU:1" -> {the CPU entry, 1}; "CPU" -> {the CPU entry, 0}.
+std::pair<size_t, int64_t> parse_name(std::string_view name) {
+  size_t colon = name.find(':');
+  if (colon == std::string_view::npos) return {index_of(name), 0};
+  std::string_view digits = name.substr(colon + 1);
+  bool numeric = !digits.empty() && digits.size() <= 9 &&
+                 std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  if (!numeric)
+    throw Error(cat("device \"", name, "\": the instance index after ':' must be a non-negative integer, as in \"",
+                    upper_case(name.substr(0, colon)), ":1\""));
+  return {index_of(name.substr(0, colon)), std::stoll(std::string(digits))};
+}
+
+Slot& open_slot(Slot& slot, size_t i, const std::string& label) {
   std::call_once(slot.opened, [&] {
     try {
       slot.device = entries()[i].make();
@@ -76,12 +94,27 @@ Slot& open(size_t i) {
     if (config().debug < 1) return;
     if (slot.device) {
       const DeviceSpec& spec = slot.device->spec();
-      std::cerr << "kiln: opened device " << spec.name << " (" << spec.arch << "; " << spec.compiler << ")\n";
+      std::cerr << "kiln: opened device " << label << " (" << spec.arch << "; " << spec.compiler << ")\n";
     } else {
-      std::cerr << "kiln: device " << entries()[i].name << " is not available: " << slot.reason << "\n";
+      std::cerr << "kiln: device " << label << " is not available: " << slot.reason << "\n";
     }
   });
   return slot;
+}
+
+Slot& open(size_t i) { return open_slot(slots()[i], i, entries()[i].name); }
+
+// Instances 1, 2, ... of entry i, made on first use: a map's nodes never move (a once_flag cannot).
+Slot& open_instance(size_t i, int64_t index) {
+  if (index == 0) return open(i);
+  static std::mutex mu;
+  static auto* instances = new std::map<std::pair<size_t, int64_t>, Slot>();  // never destroyed, as slots()
+  Slot* slot = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    slot = &(*instances)[{i, index}];
+  }
+  return open_slot(*slot, i, cat(entries()[i].name, ":", index));
 }
 
 }  // namespace
@@ -102,14 +135,19 @@ std::vector<DeviceStatus> probe_devices() {
 }
 
 Device& get_device(std::string_view name) {
-  size_t i = index_of(name);
-  Slot& slot = open(i);
-  if (!slot.device) throw Error(cat("device ", entries()[i].name, " is not available: ", slot.reason));
+  auto [i, index] = parse_name(name);
+  Slot& slot = open_instance(i, index);
+  if (!slot.device) throw Error(cat("device ", canonical_device_name(name), " is not available: ", slot.reason));
   return *slot.device;
 }
 
+std::string canonical_device_name(std::string_view name) {
+  auto [i, index] = parse_name(name);
+  return index == 0 ? entries()[i].name : cat(entries()[i].name, ":", index);
+}
+
 std::string default_device_name() {
-  if (!config().device.empty()) return entries()[index_of(config().device)].name;
+  if (!config().device.empty()) return canonical_device_name(config().device);
   // The first that opens, in the list's order: the ones after it are not opened at all (a CPU run
   // does not start PoCL or lavapipe).
   std::string reasons;

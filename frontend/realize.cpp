@@ -297,8 +297,8 @@ UOpPtr device_node(const std::string& name) {
     for (const Known& k : *known)
       if (k.name == name && (!name.empty() || k.config_device == config().device)) return k.node;
   }
-  std::string resolved = name.empty() ? default_device_name() : name;
-  for (char& c : resolved) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  // One spelling per device ("cpu" and "CPU:0" are "CPU"), so that one device is one DEVICE node.
+  std::string resolved = canonical_device_name(name.empty() ? default_device_name() : name);
   get_device(resolved);  // throws Error naming the device and why it is unavailable
   UOpPtr node = UOp::make(Op::DEVICE, dtypes::void_, {}, resolved);
   std::lock_guard<std::mutex> lock(mu);

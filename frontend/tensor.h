@@ -24,6 +24,8 @@
 namespace kiln {
 
 struct DeviceBuffer;  // frontend/realize.h
+class ShardedTensor;  // frontend/shard.h
+struct Placement;
 
 class Tensor {
  public:
@@ -204,6 +206,10 @@ class Tensor {
   // becomes the window count, (n - size) / step + 1, and a last axis of `size` is appended.
   Tensor unfold(int64_t axis, int64_t size, int64_t step) const;
   Tensor to(const std::string& device) const;
+  // This tensor placed across devices of this process (frontend/shard.h: include it to use the result):
+  // split along an axis, replicated (Placement::broadcast()) or as partial values (Placement::partial()).
+  ShardedTensor shard(const std::vector<std::string>& devices, int64_t axis) const;  // Placement::split(axis)
+  ShardedTensor shard(const std::vector<std::string>& devices, const Placement& placement) const;
 
   // --- autograd (frontend/autograd.cpp) --------------------------------------------------------
   // Gradients are a rewrite of the UOp graph (pm_gradient): backward() builds lazy gradient graphs,

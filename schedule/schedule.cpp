@@ -231,8 +231,10 @@ class Scheduler {
   }
 
   void explore_region(const UOpPtr& root) {
-    if (root->op == Op::COPY) {  // a copy reads its source from a buffer
-      if (!is_leaf(root->src[0])) mark_stored(root->src[0]);
+    if (root->op == Op::COPY) {  // a copy reads its source from a buffer, row-major (it moves bytes)
+      UOpPtr source = root->src[0];  // mark_stored may move roots_, which holds root
+      copied_.insert(source.get());
+      if (!is_leaf(source)) mark_stored(source);
       return;
     }
     count_region_users(root);
@@ -347,8 +349,9 @@ class Scheduler {
       };
       std::vector<UOpPtr> out_idx = build({});
       // An intermediate (no output of the schedule) is stored in the layout its kernel reads most; an
-      // explicit contiguous() asks for row-major (conv2d's transposed weights).
-      if (!outputs_.count(root.get()) && root->op != Op::ASSIGN && root->op != Op::CONTIGUOUS)
+      // explicit contiguous() asks for row-major (conv2d's transposed weights), and so does a device copy
+      // (t.transpose(0, 1).to(other device) copied the untransposed bytes).
+      if (!outputs_.count(root.get()) && !copied_.count(root.get()) && root->op != Op::ASSIGN && root->op != Op::CONTIGUOUS)
         if (Layout layout = preferred_layout(item.ast, item.bufs, out_idx, shape); !layout.empty()) {
           build(layout);
           layouts_[out.get()] = std::move(layout);
@@ -397,6 +400,7 @@ class Scheduler {
   std::unordered_map<const UOp*, UOpPtr> buffers_;
   std::vector<UOpPtr> scratch_;  // buffers only the scheduler's own copies write (repack)
   std::unordered_set<const UOp*> outputs_;              // the requested outputs: row-major, users read them
+  std::unordered_set<const UOp*> copied_;               // sources of a COPY: row-major, the copy moves bytes
   std::unordered_map<const UOp*, Layout> layouts_;      // by BUFFER: intermediates not stored row-major
 };
 

@@ -754,3 +754,18 @@ TEST_CASE("tensors on different devices: an error, and to() moves them", "[ops]"
   CHECK((a + b.to("CPU")).device() == "CPU");
   CHECK((a * 2.0).to("REF").to("CPU").to_vector<float>() == std::vector<float>{2, 4, 6});
 }
+
+TEST_CASE("to(): a view is copied as its values, not as its source's bytes", "[ops]") {
+  // Inside a schedule an intermediate may be stored in the order its kernel reads best (a transpose in
+  // its source's order); a device copy moves bytes, so what it copies is stored row-major.
+  const std::vector<float> transposed = {0, 3, 1, 4, 2, 5};
+  for (const char* device : {"CPU:1", "REF"}) {
+    INFO("to " << device);
+    Tensor t = Tensor::arange(0, 6, 1).reshape({2, 3}).realize();
+    CHECK(t.transpose(0, 1).to(device).to_vector<float>() == transposed);
+    CHECK((t + 0.0).transpose(0, 1).to(device).to_vector<float>() == transposed);
+    CHECK(t.to(device).transpose(0, 1).to("CPU").to_vector<float>() == transposed);
+    CHECK(t.reshape({1, 2, 3}).permute({2, 0, 1}).to(device).to_vector<float>() == transposed);
+    CHECK(t.shrink({{0, 2}, {1, 3}}).to(device).to_vector<float>() == std::vector<float>{1, 2, 4, 5});
+  }
+}
