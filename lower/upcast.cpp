@@ -84,7 +84,7 @@ class Zipper {
     const Lanes* gates = gate ? &zip(column(t, 2)) : nullptr;
     for (size_t i = 0; i < n_; ++i) {
       std::vector<UOpPtr> src{t[i]->src[0], lane(value, i)};
-      if (gates) src.push_back(lane(*gates, i));
+      if (gates) src = {src[0], src[1], lane(*gates, i)};  // not push_back: GCC 12's -Warray-bounds misfires on it here
       out.push_back(t[i]->with_src(src));
     }
     return out;
