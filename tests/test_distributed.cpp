@@ -233,7 +233,7 @@ TEST_CASE("dist: collectives keep their input's device", "[distributed]") {
   }
 }
 
-TEST_CASE("dist: a collective inside a captured step is an error, not a replay that skips it; asking the rank is fine", "[distributed]") {
+TEST_CASE("dist: a collective inside a captured step is an error, not a replay that skips it, asking the rank is fine", "[distributed]") {
   Jit step([](const std::vector<Tensor>& in) { return std::vector<Tensor>{dist::allreduce(in[0] + 1.0f, ReduceOp::Sum)}; });
   CHECK_THROWS_WITH(step({Tensor::ones({3})}), Contains("dist::allreduce: collectives are host calls that a captured step (kiln::Jit) cannot replay"));
   Jit asks([](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * static_cast<double>(dist::world_size() + dist::rank())}; });
@@ -456,7 +456,7 @@ TEST_CASE("zero: in a world of one, state_dict is the wrapped optimizer's alone 
                     Contains("entry \"exp_avg.0\" (3,) does not fit any of the 4 parameters") && Contains("same parameters"));
 }
 
-TEST_CASE("zero: parameters are partitioned per dtype and device, end to end; bad factories are errors", "[distributed]") {
+TEST_CASE("zero: parameters are partitioned per dtype and device, end to end, bad factories are errors", "[distributed]") {
   auto net = mlp(1);
   std::vector<Tensor> params = net->parameters();
   params.push_back(Tensor::zeros({5}, dtypes::float64).requires_grad_());
@@ -607,7 +607,7 @@ TEST_CASE("mpi: an input that fails to compute on one rank makes every rank thro
   CHECK(dist::allreduce(Tensor::ones({1}), ReduceOp::Sum).item<float>() == static_cast<float>(dist::world_size()));
 }
 
-TEST_CASE("mpi: every rank's shard of an epoch is its own; together they cover the epoch (pad or drop the rest)", "[.mpi]") {
+TEST_CASE("mpi: every rank's shard of an epoch is its own, together they cover the epoch (pad or drop the rest)", "[.mpi]") {
   int world = dist::world_size();
   for (int64_t n : {int64_t{4} * world, int64_t{4} * world + 1}) {
     for (bool drop : {false, true}) {

@@ -301,7 +301,7 @@ TEST_CASE("jit: a value that changes only after the capture is replayed stale un
   CHECK(f({x})[0].to_vector<float>() == std::vector<float>{2, 4});
 }
 
-TEST_CASE("jit: KILN_JIT=0 runs every call eagerly; KILN_STRICT forbids compiling after a replay", "[jit]") {
+TEST_CASE("jit: KILN_JIT=0 runs every call eagerly, KILN_STRICT forbids compiling after a replay", "[jit]") {
   Tensor x = Tensor::from_vector<float>({1, 2}, {2});
   {
     KnobOverride<bool> off(config().jit, false);

@@ -243,7 +243,7 @@ TEST_CASE("llvm: bytes that are not an object, or a name the object lacks, are a
   CHECK(run_binary(d, *add, {1, 2}, {3, 4}) == std::vector<float>{4, 6});
 }
 
-TEST_CASE("llvm: kernels of one name but different code live side by side; one object loaded twice shares its code", "[device][llvm]") {
+TEST_CASE("llvm: kernels of one name but different code live side by side, one object loaded twice shares its code", "[device][llvm]") {
   Device& d = llvm_device();
   // A search compiles many versions of one kernel name: each keeps its own code.
   Binary add = d.compile(binary_kernel("k", "fadd"), "k"), sub = d.compile(binary_kernel("k", "fsub"), "k");

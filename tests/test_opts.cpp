@@ -201,7 +201,7 @@ TEST_CASE("a transpose is tiled along both axes, and split over threads along it
   }
 }
 
-TEST_CASE("the copies of a transpose tile read their source with vector loads; a broadcast operand stays scalar", "[opts]") {
+TEST_CASE("the copies of a transpose tile read their source with vector loads, a broadcast operand stays scalar", "[opts]") {
   // (64, 96) -> (96, 64): the output vector gathers one value per source row; its copies along the
   // source's contiguous axis read consecutive values, which one vector load fetches (combine_accesses).
   Tensor m = Tensor::rand({64, 96}).realize();

@@ -396,7 +396,7 @@ TEST_CASE("an action_space or schema too big for an int is refused with its valu
   CHECK_FALSE(contains(all_warnings(cache), "edited by hand"));
 }
 
-TEST_CASE("a rewrite keeps the cache file's permissions; a new file gets what the umask gives", "[cache]") {
+TEST_CASE("a rewrite keeps the cache file's permissions, a new file gets what the umask gives", "[cache]") {
   TempDir dir;
   fs::path file = dir.path / "tuning.json";
   mode_t old_mask = umask(022);
@@ -459,7 +459,7 @@ TEST_CASE("remove and clear delete entries and say how many", "[cache]") {
   CHECK(cache.clear() == 0);
 }
 
-TEST_CASE("export writes the entries; import merges them and the faster winner stays", "[cache]") {
+TEST_CASE("export writes the entries, import merges them and the faster winner stays", "[cache]") {
   TempDir dir;
   TuningCache a(dir.path / "a.json"), b(dir.path / "b.json");
   for (int i = 0; i < 3; ++i) a.store(fake_key(i), fake_entry(i));
@@ -602,7 +602,7 @@ UOpPtr matmul_ast() {
   return s.items[0].ast;
 }
 
-TEST_CASE("verify_opts: kernels with opts give the plain kernel's outputs; an opt that does not apply says why", "[cache]") {
+TEST_CASE("verify_opts: kernels with opts give the plain kernel's outputs, an opt that does not apply says why", "[cache]") {
   using O = OptsCheck::Outcome;
   for (const char* name : {"CPU", "REF"}) {
     Device& device = get_device(name);
