@@ -191,7 +191,7 @@ class Renderer {
   }
   // The LLVM type u's value is rendered in where users read it at full width.
   std::string value_type(const UOpPtr& u) const { return wide_context_ && wide_.count(u.get()) ? "i64" : type_of(u->dtype); }
-  // Renders u's definition in i64 if it is wide; then its int32 form for the other users.
+  // While one lives, operands are read at full width (i64 where wide).
   struct WideContext {
     bool& flag;
     bool saved;
@@ -208,6 +208,7 @@ class Renderer {
     }
     return any;
   }
+  // After a wide definition: its int32 form, for the users that read int32.
   void make_narrow(const UOpPtr& u) {
     if (wide_.count(u.get())) narrow_[u.get()] = emit(cat("trunc i64 ", names_.at(u.get()), " to i32"));
   }
@@ -327,7 +328,7 @@ class Renderer {
   // MAX/MIN: a float NaN on either side wins, as in C's (a != a || a > b) ? a : b.
   std::string max_min(const UOpPtr& u) {
     DType t = u->src[0]->dtype;
-    std::string ty = wide_context_ && wide_.count(u.get()) ? "i64" : type_of(t), a = name(u->src[0]), b = name(u->src[1]);
+    std::string ty = value_type(u), a = name(u->src[0]), b = name(u->src[1]);  // MAX/MIN: u has its operands' dtype
     std::string bt = type_of(dtypes::bool_.vec(t.count));
     bool max = u->op == Op::MAX;
     std::string pick;
@@ -344,7 +345,7 @@ class Renderer {
 
   std::string alu(const UOpPtr& u) {
     DType t = u->dtype, s = u->src.empty() ? t : u->src.back()->dtype;
-    std::string ty = wide_context_ && wide_.count(u.get()) ? "i64" : type_of(t);
+    std::string ty = value_type(u);  // t is u's dtype
     bool fp = is_fp(s), uns = is_unsigned(s) || is_bool(s);
     auto a = [&](size_t i) { return name(u->src[i]); };
     auto binary = [&](const char* fop, const char* iop) {
