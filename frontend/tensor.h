@@ -108,6 +108,15 @@ class Tensor {
   Tensor le(const Tensor& other) const;
   Tensor gt(const Tensor& other) const;
   Tensor ge(const Tensor& other) const;
+  // Against a scalar, as torch's `t < 0.5`: exact for integer tensors with any double (a fraction or a
+  // value beyond the dtype's range compares as in real numbers; NaN is unordered); float tensors
+  // compare with the scalar in their own dtype.
+  Tensor lt(double s) const;
+  Tensor le(double s) const;
+  Tensor gt(double s) const;
+  Tensor ge(double s) const;
+  Tensor eq(double s) const;
+  Tensor ne(double s) const;
   Tensor logical_and(const Tensor& other) const;
   Tensor logical_or(const Tensor& other) const;
   Tensor logical_not() const;
@@ -332,6 +341,31 @@ Tensor operator+(double s, const Tensor& t);
 Tensor operator*(double s, const Tensor& t);
 Tensor operator-(double s, const Tensor& t);
 Tensor operator/(double s, const Tensor& t);
+
+// Comparisons give bool tensors (torch's `a < b`, `mask == 0`); & | ^ ~ are bitwise on integer and bool
+// tensors (logical on bool, as torch's).
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& t, double s);
+Tensor operator!=(const Tensor& t, double s);
+Tensor operator<(const Tensor& t, double s);
+Tensor operator<=(const Tensor& t, double s);
+Tensor operator>(const Tensor& t, double s);
+Tensor operator>=(const Tensor& t, double s);
+Tensor operator==(double s, const Tensor& t);
+Tensor operator!=(double s, const Tensor& t);
+Tensor operator<(double s, const Tensor& t);
+Tensor operator<=(double s, const Tensor& t);
+Tensor operator>(double s, const Tensor& t);
+Tensor operator>=(double s, const Tensor& t);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
+Tensor operator~(const Tensor& t);
 
 // Realizes several tensors with one schedule (shared subgraphs computed once). Pending assigns (batch
 // norm's running statistics) are realized with them when one of them writes in place (an optimizer's

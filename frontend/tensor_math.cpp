@@ -397,6 +397,72 @@ Tensor Tensor::le(const Tensor& o) const {
 Tensor Tensor::gt(const Tensor& o) const { return o.lt(*this); }
 Tensor Tensor::ge(const Tensor& o) const { return o.le(*this); }
 
+namespace {
+enum class Cmp { LT, LE, GT, GE, EQ, NE };
+
+// A float tensor compares with the scalar rounded to its dtype, as torch's does. An integer (or bool)
+// tensor compares exactly: against a fraction, x < 2.5 is x < 3 and x == 2.5 is false; against a value
+// outside the dtype's range (or NaN) every element has the same answer. So no integer is ever rounded
+// through a float, and scalar_like never meets a value it cannot hold.
+Tensor compare_scalar(const Tensor& t, Cmp cmp, double s) {
+  auto apply = [cmp](const Tensor& a, const Tensor& b) {
+    switch (cmp) {
+      case Cmp::LT: return a.lt(b);
+      case Cmp::LE: return a.le(b);
+      case Cmp::GT: return a.gt(b);
+      case Cmp::GE: return a.ge(b);
+      case Cmp::EQ: return a.eq(b);
+      case Cmp::NE: return a.ne(b);
+    }
+    throw Error("compare: unknown comparison");
+  };
+  if (is_float(t.dtype())) return apply(t, t.full_like(s));
+  Tensor x = is_bool(t.dtype()) ? t.cast(dtypes::int32) : t;  // False/True compare as 0/1
+  auto all = [&](bool v) { return Tensor::full(t.shape(), v ? 1 : 0, dtypes::bool_, t.device()); };
+  if (std::isnan(s)) return all(cmp == Cmp::NE);
+  double bound = s;  // an integer with the same answer for every integer element
+  if (std::floor(s) != s) {
+    if (cmp == Cmp::EQ || cmp == Cmp::NE) return all(cmp == Cmp::NE);
+    bound = cmp == Cmp::LT || cmp == Cmp::GE ? std::ceil(s) : std::floor(s);
+  }
+  DType d = x.dtype();
+  double above = std::ldexp(1.0, static_cast<int>(d.itemsize()) * 8 - (is_unsigned(d) ? 0 : 1));  // first value past the range
+  if (bound >= above) return all(cmp == Cmp::LT || cmp == Cmp::LE || cmp == Cmp::NE);
+  if (bound < as_double(lowest(d))) return all(cmp == Cmp::GT || cmp == Cmp::GE || cmp == Cmp::NE);
+  return apply(x, x.full_like(bound));
+}
+}  // namespace
+
+Tensor Tensor::lt(double s) const { return compare_scalar(*this, Cmp::LT, s); }
+Tensor Tensor::le(double s) const { return compare_scalar(*this, Cmp::LE, s); }
+Tensor Tensor::gt(double s) const { return compare_scalar(*this, Cmp::GT, s); }
+Tensor Tensor::ge(double s) const { return compare_scalar(*this, Cmp::GE, s); }
+Tensor Tensor::eq(double s) const { return compare_scalar(*this, Cmp::EQ, s); }
+Tensor Tensor::ne(double s) const { return compare_scalar(*this, Cmp::NE, s); }
+
+Tensor operator==(const Tensor& a, const Tensor& b) { return a.eq(b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return a.ne(b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return a.lt(b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return a.le(b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return a.gt(b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return a.ge(b); }
+Tensor operator==(const Tensor& t, double s) { return t.eq(s); }
+Tensor operator!=(const Tensor& t, double s) { return t.ne(s); }
+Tensor operator<(const Tensor& t, double s) { return t.lt(s); }
+Tensor operator<=(const Tensor& t, double s) { return t.le(s); }
+Tensor operator>(const Tensor& t, double s) { return t.gt(s); }
+Tensor operator>=(const Tensor& t, double s) { return t.ge(s); }
+Tensor operator==(double s, const Tensor& t) { return t.eq(s); }
+Tensor operator!=(double s, const Tensor& t) { return t.ne(s); }
+Tensor operator<(double s, const Tensor& t) { return t.gt(s); }
+Tensor operator<=(double s, const Tensor& t) { return t.ge(s); }
+Tensor operator>(double s, const Tensor& t) { return t.lt(s); }
+Tensor operator>=(double s, const Tensor& t) { return t.le(s); }
+Tensor operator&(const Tensor& a, const Tensor& b) { return a.bitwise_and(b); }
+Tensor operator|(const Tensor& a, const Tensor& b) { return a.bitwise_or(b); }
+Tensor operator^(const Tensor& a, const Tensor& b) { return a.bitwise_xor(b); }
+Tensor operator~(const Tensor& t) { return t.bitwise_not(); }
+
 Tensor Tensor::logical_and(const Tensor& o) const { return cast(dtypes::bool_).binary(Op::AND, o.cast(dtypes::bool_), "logical_and"); }
 Tensor Tensor::logical_or(const Tensor& o) const { return cast(dtypes::bool_).binary(Op::OR, o.cast(dtypes::bool_), "logical_or"); }
 Tensor Tensor::logical_not() const { return cast(dtypes::bool_).eq(zeros(shape(), dtypes::bool_, device())); }

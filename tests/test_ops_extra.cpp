@@ -5,6 +5,7 @@
 // libtorch on random inputs.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "frontend/nn.h"
@@ -244,4 +245,65 @@ TEST_CASE("the new ops on size-0 axes", "[ops]") {
   check_values<float>(Tensor::ones({2, 2}).scatter_add(1, Tensor::zeros({2, 0}, dtypes::int64), empty), {1, 1, 1, 1});
   CHECK(empty.remainder(Tensor::ones({2, 0})).shape() == Shape{2, 0});
   CHECK(Tensor::zeros({2, 0}, dtypes::int32).div(Tensor::zeros({2, 0}, dtypes::int32), "floor").shape() == Shape{2, 0});
+}
+
+// The reference: the same comparison of the element and the scalar as real numbers (long double holds
+// every int64 and every double exactly), NaN unordered.
+TEST_CASE("comparison operators against scalars are exact for integer tensors, fractions and out-of-range values included", "[ops]") {
+  using R = long double;
+  const std::vector<std::pair<const char*, std::function<bool(R, R)>>> reference = {
+      {"<", [](R a, R b) { return a < b; }},   {"<=", [](R a, R b) { return a <= b; }}, {">", [](R a, R b) { return a > b; }},
+      {">=", [](R a, R b) { return a >= b; }}, {"==", [](R a, R b) { return a == b; }}, {"!=", [](R a, R b) { return a != b; }}};
+  auto kiln_op = [](const std::string& name, const Tensor& t, double s) {
+    if (name == "<") return t < s;
+    if (name == "<=") return t <= s;
+    if (name == ">") return t > s;
+    if (name == ">=") return t >= s;
+    if (name == "==") return t == s;
+    return t != s;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> scalars = {2.5, -0.5, 2, 0, 1, 1e10, -1e10, nan, inf, -inf, 2147483647.5, -2147483648.5, 255.5, 4611686018427387904.0};
+  auto check_all = [&](const Tensor& t, const std::vector<R>& values) {
+    for (double s : scalars)
+      for (auto& [name, ref] : reference) {
+        INFO(t.dtype().name() << " " << name << " " << s);
+        Tensor got = kiln_op(name, t, s);
+        REQUIRE(got.dtype() == dtypes::bool_);
+        std::vector<int32_t> want;
+        for (R v : values) want.push_back(ref(v, static_cast<R>(s)) ? 1 : 0);
+        check_values<int32_t>(got.cast(dtypes::int32), want);
+      }
+  };
+  std::vector<int32_t> i32 = {-5, -1, 0, 1, 2, 3, 255, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
+  check_all(vec<int32_t>(i32), std::vector<R>(i32.begin(), i32.end()));
+  std::vector<int64_t> i64 = {-3, 2, 4611686018427387904LL, 4611686018427387905LL, std::numeric_limits<int64_t>::max()};
+  check_all(vec<int64_t>(i64), std::vector<R>(i64.begin(), i64.end()));
+  std::vector<uint8_t> u8 = {0, 1, 2, 254, 255};
+  check_all(vec<uint8_t>(u8), std::vector<R>(u8.begin(), u8.end()));
+  check_all(vec<uint8_t>({0, 1, 1}).cast(dtypes::bool_), {0, 1, 1});
+  std::vector<float> f32 = {-1.5f, 0.0f, 2.5f, 3.0f, static_cast<float>(nan), static_cast<float>(inf)};
+  check_all(vec<float>(f32), std::vector<R>(f32.begin(), f32.end()));
+}
+
+TEST_CASE("comparison and bitwise operators between tensors broadcast and follow torch's results", "[ops]") {
+  Tensor a = vec<float>({1, 2, 3, 4, 5, 6}, {2, 3}), b = vec<float>({2, 2, 7}, {3});
+  check_values<int32_t>((a < b).cast(dtypes::int32), {1, 0, 1, 0, 0, 1});
+  check_values<int32_t>((a <= b).cast(dtypes::int32), {1, 1, 1, 0, 0, 1});
+  check_values<int32_t>((a > b).cast(dtypes::int32), {0, 0, 0, 1, 1, 0});
+  check_values<int32_t>((a >= b).cast(dtypes::int32), {0, 1, 0, 1, 1, 0});
+  check_values<int32_t>((a == b).cast(dtypes::int32), {0, 1, 0, 0, 0, 0});
+  check_values<int32_t>((a != b).cast(dtypes::int32), {1, 0, 1, 1, 1, 1});
+  check_values<int32_t>((3.0 < a).cast(dtypes::int32), {0, 0, 0, 1, 1, 1});
+  check_values<int32_t>((3.0 >= a).cast(dtypes::int32), {1, 1, 1, 0, 0, 0});
+  // A mask built the way attention code builds it: keep where the lower triangle is nonzero.
+  Tensor mask = Tensor::ones({3, 3}).tril();
+  check_values<float>(Tensor::zeros({3, 3}).masked_fill(mask == 0, -1), {0, -1, -1, 0, 0, -1, 0, 0, 0});
+  Tensor p = (a > 2.0), q = (a < 5.0);
+  check_values<int32_t>((p & q).cast(dtypes::int32), {0, 0, 1, 1, 0, 0});
+  check_values<int32_t>((p | q).cast(dtypes::int32), {1, 1, 1, 1, 1, 1});
+  check_values<int32_t>((p ^ q).cast(dtypes::int32), {1, 1, 0, 0, 1, 1});
+  check_values<int32_t>((~p).cast(dtypes::int32), {1, 1, 0, 0, 0, 0});
+  check_values<int32_t>(vec<int32_t>({12, -1}) & vec<int32_t>({10, 7}), {8, 7});
+  CHECK_THROWS_AS(a & b, Error);  // bitwise needs integer or bool tensors, as torch's
 }
