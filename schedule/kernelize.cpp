@@ -1,6 +1,10 @@
 #include "schedule/kernelize.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "uop/alu.h"
+#include "uop/rewrite.h"
 #include "uop/symbolic.h"
 
 namespace kiln {
@@ -24,6 +28,31 @@ UOpPtr all_of(const UOpPtr& a, const UOpPtr& b) {
 }
 
 bool is_true(const UOpPtr& u) { return u->op == Op::CONST && std::get<bool>(u->const_value()); }
+
+// The bounds that the gate `valid` (a conjunction of `c < e` and `e < c` clauses, as PAD makes them)
+// puts on index expressions, where they are tighter than the expressions' own ranges.
+std::map<const UOp*, std::pair<int64_t, int64_t>> bounds_under(const UOpPtr& valid) {
+  std::map<const UOp*, std::pair<int64_t, int64_t>> bounds;
+  auto tighten = [&](const UOpPtr& e, int64_t lo, int64_t hi) {
+    auto [it, fresh] = bounds.try_emplace(e.get(), e->vmin(), e->vmax());
+    it->second = {std::max(it->second.first, lo), std::min(it->second.second, hi)};
+  };
+  std::vector<UOpPtr> todo{valid};
+  while (!todo.empty()) {
+    UOpPtr c = todo.back();
+    todo.pop_back();
+    if (c->op == Op::AND) todo.insert(todo.end(), c->src.begin(), c->src.end());
+    if (c->op != Op::CMPLT || !is_int(c->src[0]->dtype)) continue;
+    const UOpPtr &a = c->src[0], &b = c->src[1];
+    if (a->op == Op::CONST && b->op != Op::CONST) tighten(b, as_int64(a->const_value()) + 1, INT64_MAX);
+    if (b->op == Op::CONST && a->op != Op::CONST) tighten(a, INT64_MIN, as_int64(b->const_value()) - 1);
+  }
+  std::erase_if(bounds, [](const auto& b) {
+    const auto& [e, range] = b;
+    return range.first > range.second || (range.first <= e->vmin() && range.second >= e->vmax());
+  });
+  return bounds;
+}
 
 }  // namespace
 
@@ -124,11 +153,26 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
         size_t k = 0;
         for (int64_t d : old) old_idx.push_back(d == 1 ? idx_const(0) : kept_new[k++]);
       } else {
-        UOpPtr flat = linear_index(shape, idx);
+        // The old indices are the new position's flat offset split by div/mod. A PAD above gates
+        // everything read here, so an index it bounds (cat's c - 64, for 64 <= c < 96) may be taken
+        // as a variable with those bounds while simplifying: (n*32768 + (c-64)*1024 + r) // 1024 then
+        // folds to n*32 + c - 64, where without the gate c - 64 < 0 keeps the division (and a div and
+        // mod per element) in the kernel. Outside the gate the index differs, and nothing reads it.
+        std::unordered_map<const UOp*, UOpPtr> narrow, widen;
+        for (const auto& [e, range] : bounds_under(valid)) {
+          UOpPtr v = var(cat("gated", narrow.size()), range.first, range.second, e->dtype);
+          narrow[e] = v;
+          widen[v.get()] = UOpPtr(e->shared_from_this());
+        }
+        std::vector<UOpPtr> narrowed = idx;
+        if (!narrow.empty())
+          for (UOpPtr& i : narrowed) i = substitute(i, narrow);
+        UOpPtr flat = linear_index(shape, narrowed);
         Shape strides = contiguous_strides(old);
         for (size_t j = 0; j < old.size(); ++j) {
           UOpPtr e = old[j] == 1 ? idx_const(0) : (j == 0 ? flat / strides[j] : (flat / strides[j]) % old[j]);
-          old_idx.push_back(simplify(e));
+          e = simplify(e);
+          old_idx.push_back(widen.empty() ? e : simplify(substitute(e, widen)));
         }
       }
       return index(u->src[0], old_idx, valid);

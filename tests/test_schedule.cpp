@@ -277,3 +277,25 @@ TEST_CASE("a reduction read through a permute is stored in its own order, then t
           }
   }
 }
+
+TEST_CASE("an index a pad's gate bounds simplifies under the gate: cat of a regrouped channels-last tensor needs no div or mod", "[schedule]") {
+  // x is NCHW over an NHWC buffer and regrouped as GroupNorm does ((N, G, C/G*H*W) and back), so reading
+  // it takes div/mod of its flat offset; cat puts it at channels 6..9 behind a pad whose gate says
+  // 6 <= c < 10. Under that gate the offset's division folds away; outside it nothing is read.
+  const int64_t N = 2, C = 4, H = 3, W = 8, G = 2;
+  Tensor nhwc = (rand_like_shape({N, H, W, C}) * 0.25).realize();
+  Tensor x = nhwc.permute({0, 3, 1, 2}).reshape({N, G, C / G * H * W}).reshape({N, C, H, W});
+  Tensor other = (rand_like_shape({N, 6, H, W}) * 0.5).realize();
+  Tensor out = Tensor::cat({other, x}, 1) + 1.0;
+  Schedule s = Tensor::schedule({out});
+  REQUIRE(s.items.size() == 1);
+  for (const UOpPtr& u : toposort(s.items[0].ast)) CHECK((u->op != Op::IDIV && u->op != Op::MOD));
+  std::vector<float> got = out.to_vector<float>(), xv = nhwc.to_vector<float>(), ov = other.to_vector<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < 6 + C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w) {
+          float want = c < 6 ? ov[static_cast<size_t>(((n * 6 + c) * H + h) * W + w)] : xv[static_cast<size_t>(((n * H + h) * W + w) * C + c - 6)];
+          CHECK(got[static_cast<size_t>(((n * (6 + C) + c) * H + h) * W + w)] == want + 1.0f);
+        }
+}
