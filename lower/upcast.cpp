@@ -66,16 +66,21 @@ using Tuple = std::vector<UOpPtr>;
 
 class Zipper {
  public:
-  explicit Zipper(int64_t lanes) : n_(static_cast<size_t>(lanes)) {}
+  // gather: whether float math on lanes read one by one (a strided or transposed load) may be done on a
+  // vector of them; see combine().
+  Zipper(int64_t lanes, bool gather) : n_(static_cast<size_t>(lanes)), gather_(gather) {}
 
   // The stores that replace one store per lane: a vector store, or the lanes' own.
   std::vector<UOpPtr> stores(const Tuple& t) {
     KILN_ASSERT(t[0]->op == Op::STORE && parallel(t), "the lanes of an upcast store are stores of one shape");
     if (same(t)) return {t[0]};
-    const Lanes& value = zip(column(t, 1));
     std::optional<UOpPtr> gate = t[0]->src.size() == 3 ? std::optional(column(t, 2)[0]) : std::nullopt;
     bool gate_shared = t[0]->src.size() == 2 || same(column(t, 2));
-    if (UOpPtr address = vector_address(t); address && gate_shared && vector_memory(t[0]->src[1]->dtype)) {
+    UOpPtr address = vector_address(t);
+    bool vector_store = address && gate_shared && vector_memory(t[0]->src[1]->dtype);
+    packing_ = gather_ && vector_store;
+    const Lanes& value = zip(column(t, 1));
+    if (vector_store) {
       std::vector<UOpPtr> src{address, as_vector(value, t[0]->src[1]->dtype)};
       if (gate) src.push_back(*gate);
       return {UOp::make(Op::STORE, dtypes::void_, src, t[0]->arg)};
@@ -161,12 +166,19 @@ class Zipper {
         return Lanes{nullptr, UOp::make(Op::LOAD, first.dtype.vec(static_cast<int>(n_)), vsrc, first.arg), {}};
       }
     }
-    bool any_vector = false, ranges_shared = true;
+    bool any_vector = false, any_lanes = false, ranges_shared = true;
     for (size_t j = 0; j < src.size(); ++j) {
       any_vector |= src[j]->vec != nullptr;
+      any_lanes |= !src[j]->each.empty();
       ranges_shared &= first.op != Op::REDUCE || j == 0 || src[j]->shared != nullptr;
     }
-    if (any_vector && ranges_shared && vectorizable(first)) {
+    // Lanes read one by one are packed into a vector where float math uses them, when the kernel has
+    // no reduction and its store is a vector (packing_): the store packs the lanes anyway, so packing
+    // them earlier costs no more and turns every op after into one vector op (a transposed read under
+    // a SiLU was 40 scalar ops per element). Inside a reduction a loaded lane meets one or two ops, and
+    // packing it every iteration would cost more than it saves.
+    bool pack = packing_ && any_lanes && is_float(first.dtype);
+    if ((any_vector || pack) && ranges_shared && vectorizable(first)) {
       std::vector<UOpPtr> vsrc;
       for (size_t j = 0; j < src.size(); ++j)  // a REDUCE's ranges are shared: they stay as they are
         vsrc.push_back(first.op == Op::REDUCE && j > 0 ? src[j]->shared : as_vector(*src[j], first.src[j]->dtype));
@@ -216,6 +228,7 @@ class Zipper {
   }
 
   size_t n_;
+  bool gather_, packing_ = false;
   std::map<std::vector<const UOp*>, Lanes> memo_;
 };
 
@@ -238,7 +251,9 @@ UOpPtr upcast_vector(const UOpPtr& sink, const UOpPtr& r, int64_t lanes) {
   UOpPtr outer = range(r->axis_id(), const_int(r->end()->vmax() / lanes, r->dtype));
   std::vector<UOpPtr> lane_sinks;
   for (int64_t i = 0; i < lanes; ++i) lane_sinks.push_back(lane_of(sink, r, outer, lanes, i));
-  Zipper zipper(lanes);
+  std::vector<UOpPtr> nodes = toposort(sink);  // analysis: whether the kernel reduces
+  bool reduces = std::any_of(nodes.begin(), nodes.end(), [](const UOpPtr& u) { return u->op == Op::REDUCE; });
+  Zipper zipper(lanes, !reduces);
   std::vector<UOpPtr> stores;
   for (size_t j = 0; j < sink->src.size(); ++j) {
     Tuple column;
