@@ -164,15 +164,28 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
           narrow[e] = v;
           widen[v.get()] = UOpPtr(e->shared_from_this());
         }
-        std::vector<UOpPtr> narrowed = idx;
-        if (!narrow.empty())
+        // The bounds can also steer the simplifier to a form that is worse once the variables are
+        // widened back (a transposed conv's stride gates), so the gated forms are kept only when they
+        // have fewer div and mod in all.
+        auto split = [&](const std::vector<UOpPtr>& at) {
+          UOpPtr flat = linear_index(shape, at);
+          Shape strides = contiguous_strides(old);
+          std::vector<UOpPtr> out;
+          for (size_t j = 0; j < old.size(); ++j)
+            out.push_back(old[j] == 1 ? idx_const(0) : simplify(j == 0 ? flat / strides[j] : (flat / strides[j]) % old[j]));
+          return out;
+        };
+        auto divisions = [](const std::vector<UOpPtr>& es) {
+          std::vector<UOpPtr> nodes = toposort(UOp::make(Op::SINK, dtypes::void_, es));  // analysis: counts div and mod
+          return std::count_if(nodes.begin(), nodes.end(), [](const UOpPtr& u) { return u->op == Op::IDIV || u->op == Op::MOD; });
+        };
+        old_idx = split(idx);
+        if (!narrow.empty()) {
+          std::vector<UOpPtr> narrowed = idx;
           for (UOpPtr& i : narrowed) i = substitute(i, narrow);
-        UOpPtr flat = linear_index(shape, narrowed);
-        Shape strides = contiguous_strides(old);
-        for (size_t j = 0; j < old.size(); ++j) {
-          UOpPtr e = old[j] == 1 ? idx_const(0) : (j == 0 ? flat / strides[j] : (flat / strides[j]) % old[j]);
-          e = simplify(e);
-          old_idx.push_back(widen.empty() ? e : simplify(substitute(e, widen)));
+          std::vector<UOpPtr> gated = split(narrowed);
+          for (UOpPtr& g : gated) g = simplify(substitute(g, widen));
+          if (divisions(gated) < divisions(old_idx)) old_idx = gated;
         }
       }
       return index(u->src[0], old_idx, valid);
