@@ -76,6 +76,14 @@ constexpr int kMaxRecomputeOps = 32;
 // memory operand (MLP 784-512-512-10: that matmul ran at ~120 GFLOP/s against ~250 for the others;
 // `kiln bench train --quick --only mlp`, 3 rounds alternating: 159, 158, 147 -> 209, 181, 227 steps/s).
 constexpr int kMaxBroadcastOps = 4;
+// An elementwise node used outside its region is also stored when recomputing it reads more than this
+// many full-size buffers: each region that recomputes it reads them all again, where stored it costs one
+// write and one read per region. A transformer's residual stream x + attn + mlp + ... is such a node:
+// every layer's LayerNorm re-read every earlier layer's outputs, quadratic in the depth (a GPT of 3
+// blocks, d 192: the last LayerNorm's two reductions read 14 buffers, ~1 ms each instead of 10-40 us;
+// its step 133-146 -> 124-128 ms, 8 blocks 355-374 -> 322-337 ms, alternating runs). Two, not three:
+// at three the first layers' reductions still read four buffers each.
+constexpr int kMaxRecomputeLoads = 2;
 
 // The layout an elementwise kernel stores an intermediate in: the order in which most of the bytes it
 // reads lie in memory. A conv computes its output with the channels innermost (NHWC, see
@@ -198,7 +206,26 @@ class Scheduler {
     if (p.expanded && p.in_reduce && is_alu(u->op) && alu_cost(u) > kMaxBroadcastOps) return true;
     auto inside = region_users_.find(u.get());
     int outside = users - (inside == region_users_.end() ? 0 : inside->second);
-    return outside > 0 && users > 1 && is_alu(u->op) && alu_cost(u) > kMaxRecomputeOps;
+    return outside > 0 && users > 1 && is_alu(u->op) && (alu_cost(u) > kMaxRecomputeOps || full_loads(u) > kMaxRecomputeLoads);
+  }
+
+  // How many buffers of at least u's size u's region reads (counting stops past kMaxRecomputeLoads).
+  int full_loads(const UOpPtr& u) {
+    int loads = 0;
+    int64_t size = numel(shapes_(u));
+    std::vector<UOpPtr> stack(u->src.begin(), u->src.end());
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty() && loads <= kMaxRecomputeLoads) {
+      UOpPtr n = std::move(stack.back());
+      stack.pop_back();
+      if (!seen.insert(n.get()).second || n->op == Op::DEVICE) continue;
+      if (is_leaf(n) || stored_.count(n.get())) {
+        loads += numel(shapes_(n)) >= size;
+        continue;
+      }
+      stack.insert(stack.end(), n->src.begin(), n->src.end());
+    }
+    return loads;
   }
 
   // How many consumers of each node lie in root's region, were nothing below it stored (an upper

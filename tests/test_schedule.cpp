@@ -299,3 +299,33 @@ TEST_CASE("an index a pad's gate bounds simplifies under the gate: cat of a regr
           CHECK(got[static_cast<size_t>(((n * (6 + C) + c) * H + h) * W + w)] == want + 1.0f);
         }
 }
+
+TEST_CASE("a residual stream read by every layer is stored once it reads more than two buffers, not re-read by each", "[schedule]") {
+  // x = a0 + a1 + ... + ai, summed after every add as a LayerNorm would: recomputed in each reduction,
+  // the i-th would read i+1 buffers (quadratic in the depth); stored, no kernel reads more than three.
+  const int64_t R = 64, C = 32;
+  std::vector<Tensor> a;
+  for (int i = 0; i < 7; ++i) a.push_back((rand_like_shape({R, C}) * (0.1 * (i + 1))).realize());
+  Tensor x = a[0];
+  std::vector<Tensor> outs;
+  for (int i = 1; i < 7; ++i) {
+    x = x + a[static_cast<size_t>(i)];
+    outs.push_back(x.sum({1}));
+  }
+  outs.push_back(x);
+  for (const ScheduleItem& item : Tensor::schedule(outs).items) CHECK(item.bufs.size() <= 4);  // an output and at most 3 inputs
+  std::vector<std::vector<float>> av;
+  for (Tensor& t : a) av.push_back(t.to_vector<float>());
+  for (int i = 1; i < 7; ++i) {
+    std::vector<float> got = outs[static_cast<size_t>(i - 1)].to_vector<float>();
+    for (int64_t r = 0; r < R; ++r) {
+      double want = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        float v = av[0][static_cast<size_t>(r * C + c)];
+        for (int j = 1; j <= i; ++j) v += av[static_cast<size_t>(j)][static_cast<size_t>(r * C + c)];
+        want += v;
+      }
+      CHECK(got[static_cast<size_t>(r)] == Approx(want).epsilon(1e-5).margin(1e-4));
+    }
+  }
+}
