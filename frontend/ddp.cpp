@@ -14,7 +14,7 @@ namespace {
 DType wire_dtype(DType d) { return detail::is_narrow_float(d) ? dtypes::float32 : d; }
 
 void use_sync_batch_norm(nn::Module& m) {
-  if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->sum_across_processes = [](const Tensor& t) { return allreduce(t, ReduceOp::Sum); };
+  if (auto* bn = dynamic_cast<nn::BatchNorm*>(&m)) bn->sum_across_processes = [](const Tensor& t) { return allreduce(t, ReduceOp::Sum); };
   for (const auto& [name, child] : m.named_children()) use_sync_batch_norm(*child);
 }
 

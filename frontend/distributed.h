@@ -108,8 +108,8 @@ Shard shard(bool drop_remainder = false);
 //   one with a gradient on some ranks only counts as zeros on the others.
 // - broadcast_buffers (torch's default): after each sync, rank 0's buffers (running statistics) are
 //   copied to every rank, so all ranks hold rank 0's; torch copies them before every forward instead.
-// - sync_batch_norm: every nn::BatchNorm2d in the module normalizes with the statistics of the batch of
-//   all ranks, forward and backward (torch.nn.SyncBatchNorm; see BatchNorm2d::sum_across_processes). Its
+// - sync_batch_norm: every nn::BatchNorm1d and nn::BatchNorm2d in the module normalizes with the statistics of the batch of
+//   all ranks, forward and backward (torch.nn.SyncBatchNorm; see BatchNorm::sum_across_processes). Its
 //   running statistics are then the same on every rank without broadcast_buffers. Off (the default):
 //   each rank normalizes with its own batch's statistics, as torch's DDP does.
 // In a world of one rank nothing is communicated (sync_gradients leaves the gradients as they are).

@@ -257,7 +257,23 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, std::arra
 
 Tensor Conv2d::forward(const Tensor& x) { return x.conv2d(weight, bias, stride, padding, dilation, groups); }
 
-BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum, bool affine) : eps(eps), momentum(momentum) {
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                                 std::array<int64_t, 2> padding, std::array<int64_t, 2> output_padding, int64_t groups, bool has_bias,
+                                 std::array<int64_t, 2> dilation)
+    : stride(stride), padding(padding), output_padding(output_padding), dilation(dilation), groups(groups) {
+  if (groups <= 0 || in % groups != 0 || out % groups != 0)
+    throw Error(kiln::cat("ConvTranspose2d: in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
+  // PyTorch's fan-in of a transposed conv's weight (in, out/groups, kh, kw) is its dimension 1 times the kernel.
+  double bound = 1.0 / std::sqrt(static_cast<double>(out / groups * kernel[0] * kernel[1]));
+  weight = register_parameter("weight", uniform({in, out / groups, kernel[0], kernel[1]}, bound));
+  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) { return x.conv_transpose2d(weight, bias, stride, padding, output_padding, groups, dilation); }
+
+BatchNorm::BatchNorm(const char* name, std::vector<int64_t> ranks, const char* layouts, int64_t channels, double eps, double momentum,
+                     bool affine)
+    : eps(eps), momentum(momentum), name_(name), ranks_(std::move(ranks)), layouts_(layouts) {
   if (affine) {
     weight = register_parameter("weight", Tensor::ones({channels}));
     bias = register_parameter("bias", Tensor::zeros({channels}));
@@ -267,20 +283,23 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum, bool aff
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, dtypes::int64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
-  check_rank(x, 4, "BatchNorm2d", "(N, C, H, W)");
+Tensor BatchNorm::forward(const Tensor& x) {
+  if (std::find(ranks_.begin(), ranks_.end(), x.ndim()) == ranks_.end())
+    throw Error(kiln::cat(name_, ": expects ", layouts_, ", got shape ", shape_str(x.shape())));
   int64_t c = running_mean.shape()[0];
-  if (x.shape()[1] != c) throw Error(kiln::cat("BatchNorm2d: input ", shape_str(x.shape()), " has ", x.shape()[1], " channels, the layer ", c));
-  Shape cs = channel_shape(c, 4);
+  if (x.shape()[1] != c) throw Error(kiln::cat(name_, ": input ", shape_str(x.shape()), " has ", x.shape()[1], " channels, the layer ", c));
+  Shape cs = channel_shape(c, x.ndim());
   std::optional<Tensor> w, b;
   if (weight) w = weight->reshape(cs), b = bias->reshape(cs);
   if (!training()) {
     Tensor y = (x - running_mean.reshape(cs)) * (running_var.reshape(cs) + eps).rsqrt();
     return w ? y * *w + *b : y;
   }
-  Normalized norm = normalize(x, {0, 2, 3}, eps, w, b, sum_across_processes);  // the biased variance, for normalizing (as PyTorch)
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < x.ndim(); ++i) axes.push_back(i);
+  Normalized norm = normalize(x, axes, eps, w, b, sum_across_processes);  // the biased variance, for normalizing (as PyTorch)
   if (norm.count <= 1)
-    throw Error(kiln::cat("BatchNorm2d: training needs more than one value per channel, input ", shape_str(x.shape()),
+    throw Error(kiln::cat(name_, ": training needs more than one value per channel, input ", shape_str(x.shape()),
                           sum_across_processes ? kiln::cat(" (", norm.count, " across processes)") : ""));
   NoGradGuard no_grad;  // running statistics are data, updated with the unbiased variance
   double unbias = norm.count / (norm.count - 1);

@@ -86,10 +86,11 @@ class Conv2d : public Module {
   int64_t groups;
 };
 
-class BatchNorm2d : public Module {
+// Batch normalization over every axis but the channels (axis 1); BatchNorm1d and BatchNorm2d pick the
+// input ranks, as PyTorch's modules do.
+class BatchNorm : public Module {
  public:
-  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool affine = true);
-  Tensor forward(const Tensor& x) override;  // (N, C, H, W)
+  Tensor forward(const Tensor& x) override;
   std::optional<Tensor> weight, bias;
   Tensor running_mean, running_var, num_batches_tracked;
   double eps, momentum;
@@ -100,6 +101,24 @@ class BatchNorm2d : public Module {
   // across processes too, so it is the gradient of one batch of every process's samples. Unset: each
   // process normalizes with its own batch (PyTorch's default).
   std::function<Tensor(const Tensor&)> sum_across_processes;
+
+ protected:
+  BatchNorm(const char* name, std::vector<int64_t> ranks, const char* layouts, int64_t channels, double eps, double momentum, bool affine);
+  const char* name_;
+  std::vector<int64_t> ranks_;  // the input ranks it takes
+  const char* layouts_;         // ...spelled for errors
+};
+
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool affine = true)
+      : BatchNorm("BatchNorm1d", {2, 3}, "(N, C) or (N, C, L)", channels, eps, momentum, affine) {}
+};
+
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool affine = true)
+      : BatchNorm("BatchNorm2d", {4}, "(N, C, H, W)", channels, eps, momentum, affine) {}
 };
 
 class LayerNorm : public Module {
@@ -144,6 +163,61 @@ class ReLU : public Module {
 class Flatten : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x.flatten(1); }
+};
+
+// The activations as modules, for Sequential models written as PyTorch's are.
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+};
+class GELU : public Module {
+ public:
+  explicit GELU(std::string approximate = "none") : approximate(std::move(approximate)) {}
+  Tensor forward(const Tensor& x) override { return x.gelu(approximate); }
+  std::string approximate;  // "none" (erf) or "tanh"
+};
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.silu(); }
+};
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.sigmoid(); }
+};
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.tanh(); }
+};
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return x.leaky_relu(negative_slope); }
+  double negative_slope;
+};
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim) : dim(dim) {}
+  Tensor forward(const Tensor& x) override { return x.softmax(dim); }
+  int64_t dim;
+};
+class LogSoftmax : public Module {
+ public:
+  explicit LogSoftmax(int64_t dim) : dim(dim) {}
+  Tensor forward(const Tensor& x) override { return x.log_softmax(dim); }
+  int64_t dim;
+};
+
+// torch.nn.ConvTranspose2d: weight (in, out / groups, kh, kw), initialized as PyTorch does.
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {1, 1},
+                  std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> output_padding = {0, 0}, int64_t groups = 1,
+                  bool bias = true, std::array<int64_t, 2> dilation = {1, 1});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;
+  std::optional<Tensor> bias;
+  std::array<int64_t, 2> stride, padding, output_padding, dilation;
+  int64_t groups;
 };
 
 // Max or average pooling over the last two axes; MaxPool2d and AvgPool2d pick which. The options are

@@ -128,6 +128,72 @@ TEST_CASE("nn: BatchNorm2d normalizes with batch statistics and tracks running o
   CHECK(bn.num_batches_tracked.item<int64_t>() == 1);  // eval leaves the statistics alone
 }
 
+TEST_CASE("nn: BatchNorm1d normalizes (N, C) and (N, C, L) per channel, and names the shapes it takes", "[nn]") {
+  nn::BatchNorm1d bn(3, 1e-5, 0.1);
+  std::vector<float> x = randoms(4 * 3, 6, -2, 3);  // (N=4, C=3)
+  std::vector<float> y = bn(Tensor::from_vector(x, {4, 3})).to_vector<float>();
+  for (int c = 0; c < 3; ++c) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < 4; ++n) mean += x[n * 3 + c] / 4.0;
+    for (int n = 0; n < 4; ++n) var += (x[n * 3 + c] - mean) * (x[n * 3 + c] - mean) / 4.0;
+    for (int n = 0; n < 4; ++n) CHECK(y[n * 3 + c] == Approx((x[n * 3 + c] - mean) / std::sqrt(var + 1e-5)).margin(1e-4));
+    CHECK(bn.running_var.to_vector<float>()[c] == Approx(0.9 + 0.1 * var * 4 / 3).margin(1e-6));  // unbiased
+  }
+  std::vector<float> x3 = randoms(2 * 3 * 5, 7);  // (N=2, C=3, L=5): statistics over N and L
+  nn::BatchNorm1d bn3(3);
+  std::vector<float> y3 = bn3(Tensor::from_vector(x3, {2, 3, 5})).to_vector<float>();
+  for (int c = 0; c < 3; ++c) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < 2; ++n)
+      for (int l = 0; l < 5; ++l) mean += x3[(n * 3 + c) * 5 + l] / 10.0;
+    for (int n = 0; n < 2; ++n)
+      for (int l = 0; l < 5; ++l) var += std::pow(x3[(n * 3 + c) * 5 + l] - mean, 2) / 10.0;
+    for (int n = 0; n < 2; ++n)
+      for (int l = 0; l < 5; ++l)
+        CHECK(y3[(n * 3 + c) * 5 + l] == Approx((x3[(n * 3 + c) * 5 + l] - mean) / std::sqrt(var + 1e-5)).margin(1e-4));
+  }
+  CHECK_THROWS_WITH(bn(Tensor::zeros({2, 3, 4, 4})), Catch::Contains("BatchNorm1d") && Catch::Contains("(N, C) or (N, C, L)"));
+  CHECK_THROWS_WITH(nn::BatchNorm2d(3)(Tensor::zeros({2, 3})), Catch::Contains("BatchNorm2d") && Catch::Contains("(N, C, H, W)"));
+  CHECK_THROWS_WITH(bn(Tensor::zeros({2, 4})), Catch::Contains("4 channels"));
+}
+
+TEST_CASE("nn: activation modules and ConvTranspose2d are their functions, with PyTorch's initialization", "[nn]") {
+  std::vector<float> xv = randoms(2 * 6, 8, -3, 3);
+  Tensor x = Tensor::from_vector(xv, {2, 6});
+  auto same = [](Tensor a, Tensor b) { CHECK(a.to_vector<float>() == b.to_vector<float>()); };
+  same(nn::Identity()(x), x);
+  same(nn::GELU()(x), x.gelu());
+  same(nn::GELU("tanh")(x), x.gelu("tanh"));
+  same(nn::SiLU()(x), x.silu());
+  same(nn::Sigmoid()(x), x.sigmoid());
+  same(nn::Tanh()(x), x.tanh());
+  same(nn::LeakyReLU(0.2)(x), x.leaky_relu(0.2));
+  same(nn::Softmax(1)(x), x.softmax(1));
+  same(nn::LogSoftmax(1)(x), x.log_softmax(1));
+  // And the values, against the formulas.
+  std::vector<float> leaky = nn::LeakyReLU(0.2)(x).to_vector<float>(), sig = nn::Sigmoid()(x).to_vector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    CHECK(leaky[i] == Approx(xv[i] > 0 ? xv[i] : 0.2 * xv[i]).margin(1e-6));
+    CHECK(sig[i] == Approx(1 / (1 + std::exp(-double(xv[i])))).margin(1e-6));
+  }
+  nn::ConvTranspose2d up(4, 6, {3, 3}, {2, 2}, {1, 1}, {1, 1}, 2);
+  CHECK(up.weight.shape() == Shape{4, 3, 3, 3});  // (in, out / groups, kh, kw)
+  REQUIRE(up.bias);
+  CHECK(up.bias->shape() == Shape{6});
+  double bound = 1 / std::sqrt(3.0 * 3 * 3);  // fan-in: out / groups * kh * kw
+  for (float w : up.weight.to_vector<float>()) CHECK(std::abs(w) <= bound);
+  Tensor img = Tensor::from_vector(randoms(1 * 4 * 5 * 5, 9), {1, 4, 5, 5});
+  Tensor y = up(img);
+  CHECK(y.shape() == Shape{1, 6, 10, 10});  // (5 - 1) * 2 - 2 + 3 + 1
+  same(y, img.conv_transpose2d(up.weight, up.bias, {2, 2}, {1, 1}, {1, 1}, 2));
+  auto seq = std::make_shared<nn::Sequential>();
+  auto layer = std::make_shared<nn::ConvTranspose2d>(4, 6, std::array<int64_t, 2>{3, 3});
+  seq->add("up", layer).add("act", std::make_shared<nn::Tanh>());
+  CHECK(seq->named_parameters().size() == 2);  // up.weight, up.bias
+  same(seq->forward(img), img.conv_transpose2d(layer->weight, layer->bias).tanh());
+  CHECK_THROWS_WITH(nn::ConvTranspose2d(4, 5, {3, 3}, {1, 1}, {0, 0}, {0, 0}, 2), Catch::Contains("divisible by groups"));
+}
+
 TEST_CASE("nn: LayerNorm and GroupNorm", "[nn]") {
   std::vector<float> x = randoms(2 * 4 * 3, 7, -1, 2);
   auto normalize = [&](std::vector<double> v) {

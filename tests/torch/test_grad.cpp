@@ -372,6 +372,22 @@ TEST_CASE("torch grad: BatchNorm2d (training), LayerNorm and GroupNorm, with and
                    return at::batch_norm(v[0], affine ? v[1] : at::Tensor(), affine ? v[2] : at::Tensor(), rm, rv, true, 0.1, 1e-5, false);
                  },
                  128);
+      // BatchNorm1d on (N, C) and (N, C, L): the same layer over fewer axes.
+      for (Shape shape : {Shape{8, 3}, Shape{4, 3, 5}}) {
+        at::Tensor x1 = draw(src, shape, dt, Domain::Any);
+        check_grad(batch, src, "BatchNorm1d " + shape_str(shape) + a, params({x1}, 3),
+                   [&](auto& v) {
+                     nn::BatchNorm1d bn(3, 1e-5, 0.1, affine);
+                     if (affine) bn.weight = v[1], bn.bias = v[2];
+                     bn.running_mean = Tensor::zeros({3}, v[0].dtype()), bn.running_var = Tensor::ones({3}, v[0].dtype());
+                     return bn(v[0]);
+                   },
+                   [&](auto& v) {
+                     at::Tensor rm = at::zeros({3}, v[0].options()), rv = at::ones({3}, v[0].options());
+                     return at::batch_norm(v[0], affine ? v[1] : at::Tensor(), affine ? v[2] : at::Tensor(), rm, rv, true, 0.1, 1e-5, false);
+                   },
+                   128);
+      }
       at::Tensor seq = draw(src, {2, 4, 6}, dt, Domain::Any);
       check_grad(batch, src, "LayerNorm" + a, params({seq}, 6),
                  [&](auto& v) {
