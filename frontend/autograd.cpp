@@ -75,6 +75,22 @@ UOpPtr reduce_grad(const Match& m) {
   throw InternalError(kiln::cat("gradient: REDUCE_AXIS with op ", r.op));
 }
 
+// GATHER's gradient: each element of x gets the sum of the output gradients whose index points at it,
+// a one-hot mask over x's axis summed over the index's positions. (x and the index have one size on
+// every other axis: Tensor::gather cuts x to the index's.)
+UOpPtr gather_grad(const Match& m) {
+  int64_t a = m.root->arg_as<int64_t>();
+  Tensor x = src(m, 0), g = grad_of(m).transpose(a, -1), index = src(m, 1).transpose(a, -1);  // (..., m)
+  int64_t n = x.shape()[static_cast<size_t>(a)];
+  Shape full = g.shape();  // (..., n, m)
+  full.insert(full.end() - 1, n);
+  Shape along(full.size(), 1);
+  along[full.size() - 2] = n;
+  Tensor hit = index.unsqueeze(-2).expand(full).eq(Tensor::arange(n, index.dtype(), x.device()).reshape(along).expand(full));
+  Tensor spread = g.unsqueeze(-2).expand(full);
+  return grads({hit.where(spread, spread.zeros_like()).sum({-1}).transpose(a, -1), std::nullopt});
+}
+
 const PatternMatcher& pm_gradient() {
   using P = UPat;
   static const PatternMatcher pm{
@@ -118,6 +134,7 @@ const PatternMatcher& pm_gradient() {
       {P::op(Op::CONTIGUOUS), [](const Match& m) { return grads({grad_of(m)}); }},
       {P::op(Op::COPY), [](const Match& m) { return grads({grad_of(m).to(src(m, 0).device()), std::nullopt}); }},
       {P::op(Op::REDUCE_AXIS), reduce_grad},
+      {P::op(Op::GATHER), gather_grad},
       // movement: the inverse movement (EXPAND's is a sum over the expanded axes)
       {P::op(Op::RESHAPE), [](const Match& m) { return grads({grad_of(m).reshape(src(m, 0).shape())}); }},
       {P::op(Op::PERMUTE), [](const Match& m) {

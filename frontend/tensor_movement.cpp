@@ -198,18 +198,14 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
       if (v < 0 || v >= n)
         throw Error(kiln::cat("gather: index ", v, " is out of range for axis ", a, " of size ", n, " (shape ", shape_str(shape()), ")"));
   }
+  if (index.device_uop() != device_uop())
+    throw Error(kiln::cat("gather: index is on ", index.device(), " and the input on ", device(), "; move one with to()"));
+  // x cut to the index's sizes on the other axes; the kernel reads x at the index's values (GATHER),
+  // n*m reads where a one-hot mask over the axis took n*m compares per output.
   Pairs bounds;
   for (int64_t i = 0; i < ndim(); ++i) bounds.push_back({0, i == a ? n : index.shape()[static_cast<size_t>(i)]});
-  Tensor x = shrink(bounds).transpose(a, -1);           // (..., n) with index's other sizes
-  Tensor idx = index.transpose(a, -1).cast(dtypes::int32);  // (..., m)
-  Shape full = idx.shape();
-  full.push_back(n);
-  Shape along(full.size(), 1);
-  along.back() = n;
-  Tensor pos = arange(n, dtypes::int32, device()).reshape(along).expand(full);
-  Tensor mask = idx.unsqueeze(-1).expand(full).eq(pos);
-  Tensor xs = x.unsqueeze(-2).expand(full);
-  return mask.where(xs, xs.zeros_like()).sum({-1}).cast(dtype()).transpose(a, -1);
+  Tensor x = shrink(bounds), idx = index.cast(dtypes::int32);
+  return derived(UOp::make(Op::GATHER, dtype(), detail::sources(x.uop(), idx.uop()), a), idx.shape());
 }
 
 Tensor Tensor::to(const std::string& device_name) const {

@@ -135,6 +135,18 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
   switch (u->op) {
     case Op::CONST: return const_of(u->dtype, u->const_value());
     case Op::IOTA: return cast(idx[0], u->dtype);
+    case Op::GATHER: {
+      // x read along `axis` at the position the index holds there: the index's value (a load) becomes
+      // the index math of x's axis, gated to the axis's length (outside it the element reads 0).
+      size_t axis = static_cast<size_t>(u->arg_as<int64_t>());
+      UOpPtr at = index(u->src[1], idx, valid);
+      if (at->dtype != kIndex) at = cast(at, kIndex);
+      std::vector<UOpPtr> x_idx = idx;
+      x_idx[axis] = at;
+      UOpPtr inside = all_of(lt(idx_const(-1), at), lt(at, idx_const(src_shape(0)[axis])));
+      UOpPtr value = index(u->src[0], x_idx, simplify(all_of(valid, inside)));
+      return where(inside, value, const_of(u->dtype, int64_t{0}));
+    }
     case Op::DETACH:
     case Op::CONTIGUOUS: return index(u->src[0], idx, valid);
     case Op::CAST:

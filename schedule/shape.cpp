@@ -51,6 +51,7 @@ Shape infer_shape(Op op, const Arg& arg, std::span<const Shape> src) {
       return out;
     }
     case Op::WHERE: return src[1];
+    case Op::GATHER: return src[1];  // the index's shape
     case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN: case Op::DETACH: case Op::CAST: case Op::BITCAST:
     case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
     case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD: case Op::MAX:

@@ -329,3 +329,18 @@ TEST_CASE("a residual stream read by every layer is stored once it reads more th
     }
   }
 }
+
+TEST_CASE("gather reads the element its index names: an Embedding lookup is one kernel with no reduction over the vocabulary", "[schedule]") {
+  const int64_t V = 50, D = 8;
+  std::vector<float> table(V * D);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 0.5f - 7;
+  Tensor w = Tensor::from_vector(table, {V, D});
+  std::vector<int32_t> ids = {3, 0, 49, 3, 17};
+  Tensor rows = w.gather(0, Tensor::from_vector(ids, {5, 1}).expand({5, D})) * 2.0;
+  Schedule s = Tensor::schedule({rows});
+  REQUIRE(s.items.size() == 1);
+  for (const UOpPtr& u : toposort(s.items[0].ast)) CHECK(u->op != Op::REDUCE);
+  std::vector<float> got = rows.to_vector<float>();
+  for (size_t r = 0; r < ids.size(); ++r)
+    for (int64_t d = 0; d < D; ++d) CHECK(got[r * D + static_cast<size_t>(d)] == table[static_cast<size_t>(ids[r] * D + d)] * 2);
+}
