@@ -184,10 +184,9 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   for (int64_t i = 0; i < ndim(); ++i)
     if (i != a && index.shape()[static_cast<size_t>(i)] > shape()[static_cast<size_t>(i)])
       throw Error(kiln::cat("gather: index ", shape_str(index.shape()), " is larger than input ", shape_str(shape()), " on axis ", i));
-  // out[..., j, ...] = x[..., index[..., j, ...], ...]: compare the index with every position along the
-  // axis (a one-hot mask over a new last axis) and sum the selected values.
+  // out[..., j, ...] = x[..., index[..., j, ...], ...].
   int64_t n = shape()[static_cast<size_t>(a)];
-  // An index outside the axis would silently read 0 below: check them (this waits for the index). Its
+  // An index outside the axis would silently read 0 (the kernel's gate): check them (this waits for the index). Its
   // smallest and largest value are enough, and a reduction reads an expanded index (an Embedding's,
   // expanded over the embedding width) through its view: copying it out whole stored and moved
   // n*dim int64 values per lookup (a GPT's step: 3 MB and ~5 ms).

@@ -66,9 +66,9 @@ using Tuple = std::vector<UOpPtr>;
 
 class Zipper {
  public:
-  // gather: whether float math on lanes read one by one (a strided or transposed load) may be done on a
-  // vector of them; see combine().
-  Zipper(int64_t lanes, bool gather) : n_(static_cast<size_t>(lanes)), gather_(gather) {}
+  // pack_lanes: whether float math on lanes read one by one (a strided or transposed load) may be done
+  // on a vector of them; see combine().
+  Zipper(int64_t lanes, bool pack_lanes) : n_(static_cast<size_t>(lanes)), pack_lanes_(pack_lanes) {}
 
   // The stores that replace one store per lane: a vector store, or the lanes' own.
   std::vector<UOpPtr> stores(const Tuple& t) {
@@ -78,7 +78,7 @@ class Zipper {
     bool gate_shared = t[0]->src.size() == 2 || same(column(t, 2));
     UOpPtr address = vector_address(t);
     bool vector_store = address && gate_shared && vector_memory(t[0]->src[1]->dtype);
-    packing_ = gather_ && vector_store;
+    packing_ = pack_lanes_ && vector_store;
     const Lanes& value = zip(column(t, 1));
     if (vector_store) {
       std::vector<UOpPtr> src{address, as_vector(value, t[0]->src[1]->dtype)};
@@ -228,7 +228,7 @@ class Zipper {
   }
 
   size_t n_;
-  bool gather_, packing_ = false;
+  bool pack_lanes_, packing_ = false;
   std::map<std::vector<const UOp*>, Lanes> memo_;
 };
 
