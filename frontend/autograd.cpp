@@ -75,20 +75,14 @@ UOpPtr reduce_grad(const Match& m) {
   throw InternalError(kiln::cat("gradient: REDUCE_AXIS with op ", r.op));
 }
 
-// GATHER's gradient: each element of x gets the sum of the output gradients whose index points at it,
-// a one-hot mask over x's axis summed over the index's positions. (x and the index have one size on
-// every other axis: Tensor::gather cuts x to the index's.)
+// GATHER's gradient: each element of x gets the sum of the output gradients whose index points at it.
+// (x and the index have one size on every other axis: Tensor::gather cuts x to the index's.)
 UOpPtr gather_grad(const Match& m) {
   int64_t a = m.root->arg_as<int64_t>();
-  Tensor x = src(m, 0), g = grad_of(m).transpose(a, -1), index = src(m, 1).transpose(a, -1);  // (..., m)
-  int64_t n = x.shape()[static_cast<size_t>(a)];
-  Shape full = g.shape();  // (..., n, m)
-  full.insert(full.end() - 1, n);
-  Shape along(full.size(), 1);
-  along[full.size() - 2] = n;
-  Tensor hit = index.unsqueeze(-2).expand(full).eq(Tensor::arange(n, index.dtype(), x.device()).reshape(along).expand(full));
-  Tensor spread = g.unsqueeze(-2).expand(full);
-  return grads({hit.where(spread, spread.zeros_like()).sum({-1}).transpose(a, -1), std::nullopt});
+  Tensor g = grad_of(m).transpose(a, -1);  // (..., m)
+  Tensor hit = detail::index_mask(src(m, 1).transpose(a, -1), src(m, 0).shape()[static_cast<size_t>(a)]);  // (..., m, n)
+  Tensor spread = g.unsqueeze(-1).expand(hit.shape());
+  return grads({hit.where(spread, spread.zeros_like()).sum({-2}).transpose(a, -1), std::nullopt});
 }
 
 const PatternMatcher& pm_gradient() {

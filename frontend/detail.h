@@ -24,6 +24,9 @@ inline DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float3
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op);
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 DType result_type(const Tensor& a, const Tensor& b);  // torch.result_type (0-d tensors count less)
+// The one-hot mask of integer indices over a new last axis of n: [..., p] = index[...] == p, p in 0..n-1.
+// one_hot, scatter and GATHER's gradient are sums through it; the caller checks the range.
+Tensor index_mask(const Tensor& index, int64_t n);
 // A zero with the sign of each x (float): from x's sign bit, not x * 0, which devices may compute
 // without signed zeros (Vulkan's float arithmetic need not keep them).
 Tensor signed_zero(const Tensor& x);

@@ -34,6 +34,13 @@ Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
   return gather(a, index.reshape(along).expand(full));
 }
 
+Tensor detail::index_mask(const Tensor& index, int64_t n) {
+  Shape full = index.shape(), along(static_cast<size_t>(index.ndim()) + 1, 1);
+  full.push_back(n);
+  along.back() = n;
+  return index.unsqueeze(-1).expand(full).eq(Tensor::arange(n, index.dtype(), index.device()).reshape(along).expand(full));
+}
+
 namespace {
 // scatter and scatter_add: axis moved last, src[..., i] goes to position index[..., i] of self's axis.
 // Returns (the sum of what lands on each position, how many land there), both of self's shape.
@@ -59,11 +66,8 @@ std::pair<Tensor, Tensor> scattered(const Tensor& self, int64_t a, const Tensor&
   }
   Tensor s = src.shrink(cut).cast(self.dtype()).transpose(a, -1);          // (..., m)
   Tensor idx = index.cast(dtypes::int64).pad(grow, -1.0).transpose(a, -1);  // (..., m)
-  Shape full = idx.shape();  // (..., m, n): [.., i, p] = index i lands on position p
-  full.push_back(n);
-  Shape along(full.size(), 1);
-  along.back() = n;
-  Tensor mask = idx.unsqueeze(-1).expand(full).eq(Tensor::arange(n, dtypes::int64, self.device()).reshape(along).expand(full));
+  Tensor mask = detail::index_mask(idx, n);  // (..., m, n): [.., i, p] = index i lands on position p
+  Shape full = mask.shape();
   Shape grown = s.shape();  // s padded like idx (its pad lands nowhere)
   Pairs s_grow(grown.size(), {0, 0});
   for (size_t i = 0; i + 1 < grown.size(); ++i) s_grow[i].second = idx.shape()[i] - grown[i];
@@ -123,10 +127,7 @@ Tensor Tensor::one_hot(int64_t num_classes) const {
   if (num_classes < 0) throw Error(kiln::cat("one_hot: num_classes ", num_classes, " must be positive or -1 (infer)"));
   for (int64_t v : values)
     if (v < 0 || v >= num_classes) throw Error(kiln::cat("one_hot: class ", v, " is outside 0..", num_classes - 1));
-  Shape along(static_cast<size_t>(ndim()) + 1, 1), full = shape();
-  along.back() = num_classes;
-  full.push_back(num_classes);
-  return cast(dtypes::int64).unsqueeze(-1).expand(full).eq(arange(num_classes, dtypes::int64, device()).reshape(along).expand(full)).cast(dtypes::int64);
+  return detail::index_mask(cast(dtypes::int64), num_classes).cast(dtypes::int64);
 }
 
 }  // namespace kiln

@@ -29,6 +29,9 @@ UOpPtr all_of(const UOpPtr& a, const UOpPtr& b) {
 
 bool is_true(const UOpPtr& u) { return u->op == Op::CONST && std::get<bool>(u->const_value()); }
 
+// 0 <= e < n, as -1 < e and e < n (the clauses bounds_under reads back).
+UOpPtr within(const UOpPtr& e, int64_t n) { return all_of(lt(idx_const(-1), e), lt(e, idx_const(n))); }
+
 // The bounds that the gate `valid` (a conjunction of `c < e` and `e < c` clauses, as PAD makes them)
 // puts on index expressions, where they are tighter than the expressions' own ranges.
 std::map<const UOp*, std::pair<int64_t, int64_t>> bounds_under(const UOpPtr& valid) {
@@ -143,7 +146,7 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
       if (at->dtype != kIndex) at = cast(at, kIndex);
       std::vector<UOpPtr> x_idx = idx;
       x_idx[axis] = at;
-      UOpPtr inside = all_of(lt(idx_const(-1), at), lt(at, idx_const(src_shape(0)[axis])));
+      UOpPtr inside = within(at, src_shape(0)[axis]);
       UOpPtr value = index(u->src[0], x_idx, simplify(all_of(valid, inside)));
       return where(inside, value, const_of(u->dtype, int64_t{0}));
     }
@@ -239,8 +242,7 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
         }
         UOpPtr shifted = simplify(idx[i] - p[i].first);
         old_idx.push_back(shifted);
-        // 0 <= shifted < old[i], i.e. -1 < shifted and shifted < old[i]
-        inside = all_of(inside, simplify(all_of(lt(idx_const(-1), shifted), lt(shifted, idx_const(old[i])))));
+        inside = all_of(inside, simplify(within(shifted, old[i])));
       }
       inside = simplify(inside);
       UOpPtr value = index(u->src[0], old_idx, simplify(all_of(valid, inside)));

@@ -196,36 +196,23 @@ class Scheduler {
   //  - an elementwise node read through an EXPAND inside a reduction is stored when it costs more
   //    than kMaxBroadcastOps ALU ops (each of its values is used many times there);
   //  - an elementwise node with consumers outside the region is stored only when recomputing it
-  //    costs more than kMaxRecomputeOps ALU ops per element. Consumers inside the region cost
-  //    nothing: a kernel is a DAG and computes a shared node once.
+  //    costs more than kMaxRecomputeOps ALU ops per element or reads more than kMaxRecomputeLoads
+  //    full-size buffers. Consumers inside the region cost nothing: a kernel is a DAG and computes a
+  //    shared node once.
   bool must_store(const UOpPtr& u, const Path& p) {
     if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return true;
     int users = users_[u.get()];
     if (u->op == Op::REDUCE_AXIS)
       return p.expanded || p.padded || (p.permuted && reads_through_pad(u)) || p.in_reduce || p.shared || users > 1;
-    if (p.expanded && p.in_reduce && is_alu(u->op) && alu_cost(u) > kMaxBroadcastOps) return true;
+    if (!is_alu(u->op)) return false;
+    bool broadcast = p.expanded && p.in_reduce;
     auto inside = region_users_.find(u.get());
     int outside = users - (inside == region_users_.end() ? 0 : inside->second);
-    return outside > 0 && users > 1 && is_alu(u->op) && (alu_cost(u) > kMaxRecomputeOps || full_loads(u) > kMaxRecomputeLoads);
-  }
-
-  // How many buffers of at least u's size u's region reads (counting stops past kMaxRecomputeLoads).
-  int full_loads(const UOpPtr& u) {
-    int loads = 0;
-    int64_t size = numel(shapes_(u));
-    std::vector<UOpPtr> stack(u->src.begin(), u->src.end());
-    std::unordered_set<const UOp*> seen;
-    while (!stack.empty() && loads <= kMaxRecomputeLoads) {
-      UOpPtr n = std::move(stack.back());
-      stack.pop_back();
-      if (!seen.insert(n.get()).second || n->op == Op::DEVICE) continue;
-      if (is_leaf(n) || stored_.count(n.get())) {
-        loads += numel(shapes_(n)) >= size;
-        continue;
-      }
-      stack.insert(stack.end(), n->src.begin(), n->src.end());
-    }
-    return loads;
+    bool shared_outside = outside > 0 && users > 1;
+    if (!broadcast && !shared_outside) return false;  // the walk below only when a rule needs it
+    RecomputeCost cost = recompute_cost(u);
+    if (broadcast && cost.alu > kMaxBroadcastOps) return true;
+    return shared_outside && (cost.alu > kMaxRecomputeOps || cost.full_loads > kMaxRecomputeLoads);
   }
 
   // How many consumers of each node lie in root's region, were nothing below it stored (an upper
@@ -243,15 +230,25 @@ class Scheduler {
     }
   }
 
-  int alu_cost(const UOpPtr& u) {
-    int cost = 0;
+  // What recomputing u costs: the ALU ops of its region (counted up to kMaxRecomputeOps + 1, where the
+  // walk stops) and how many buffers of at least u's size the region reads.
+  struct RecomputeCost {
+    int alu = 0, full_loads = 0;
+  };
+  RecomputeCost recompute_cost(const UOpPtr& u) {
+    RecomputeCost cost;
+    int64_t size = numel(shapes_(u));
     std::vector<UOpPtr> stack{u};
     std::unordered_set<const UOp*> seen;
-    while (!stack.empty() && cost <= kMaxRecomputeOps) {
+    while (!stack.empty() && cost.alu <= kMaxRecomputeOps) {
       UOpPtr n = stack.back();
       stack.pop_back();
-      if (!seen.insert(n.get()).second || is_leaf(n) || (n != u && stored_.count(n.get()))) continue;
-      cost += is_alu(n->op);
+      if (!seen.insert(n.get()).second || n->op == Op::DEVICE) continue;
+      if (is_leaf(n) || (n != u && stored_.count(n.get()))) {
+        cost.full_loads += numel(shapes_(n)) >= size;
+        continue;
+      }
+      cost.alu += is_alu(n->op);
       for (const UOpPtr& s : n->src) stack.push_back(s);
     }
     return cost;
