@@ -89,11 +89,12 @@ UOpPtr innermost_reduce_loop(const UOpPtr& reduce) {
 
 // Which of the two operands to copy with `inner` innermost, when both walk it at least
 // kRepackMinStride elements apart through unmasked loads (loads that stay put along it, a bias, do not
-// count): the one walking a shorter output axis contiguously, so the other keeps giving the vector;
-// on a tie the smaller copy. Nothing when either operand does not qualify.
+// count), one of them over more than kRepackMinSpanBytes: the one walking a shorter output axis
+// contiguously, so the other keeps giving the vector; on a tie the smaller copy. Nothing when either operand does not qualify.
 std::optional<size_t> strided_operand_to_copy(const std::array<UOpPtr, 2>& operands, const UOpPtr& inner,
                                               const std::vector<UOpPtr>& outputs) {
   std::array<int64_t, 2> vector_length{0, 0};  // the longest output axis each operand walks contiguously
+  int64_t span = 0;  // the most bytes one load's walk along `inner` covers
   for (size_t o = 0; o < 2; ++o) {
     std::vector<LoadInfo> own = global_loads(operands[o]);
     if (own.empty() || !depends_on(operands[o], inner)) return std::nullopt;
@@ -102,12 +103,14 @@ std::optional<size_t> strided_operand_to_copy(const std::array<UOpPtr, 2>& opera
       if (stride == 0 && l.load->src.size() < 3) continue;
       if (l.load->src.size() == 3 || l.load->src[0]->src.size() != 2 || !stride || std::abs(*stride) < kRepackMinStride)
         return std::nullopt;
+      span = std::max(span, std::abs(*stride) * inner->end()->vmax() * static_cast<int64_t>(l.load->dtype.itemsize()));
     }
     for (const UOpPtr& r : outputs)
       if (fills_vectors(r) && walks_well(own, r))
         for (const LoadInfo& l : own)
           if (walk(l, r) == 1) vector_length[o] = std::max(vector_length[o], r->end()->vmax());
   }
+  if (span <= kRepackMinSpanBytes) return std::nullopt;
   if (vector_length[0] != vector_length[1]) return vector_length[0] < vector_length[1] ? 0 : 1;
   return elements(packed_order(operands[0], inner)) <= elements(packed_order(operands[1], inner)) ? 0 : 1;
 }

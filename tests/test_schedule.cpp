@@ -87,6 +87,26 @@ TEST_CASE("a matmul whose operands are contiguous only along the reduction copie
   CHECK(kernels({w.matmul(rand_like_shape({48}))}) == 1);
 }
 
+TEST_CASE("A^T.B copies an operand only when its strided walk spans more than the caches hold", "[schedule]") {
+  // Both operands walk the reduction a row apart. Small (128 x 128: a 64 KiB span) the kernel reads them
+  // in place; with a span over kRepackMinSpanBytes (1024 rows of 320 floats: 1.3 MiB) one is copied with
+  // the reduction innermost first. Either way the values equal a double-precision loop.
+  auto check = [](int64_t m, int64_t n, int64_t k, int want_kernels) {
+    Tensor a = rand_like_shape({k, m}).realize(), b = rand_like_shape({k, n}).realize();
+    Tensor c = a.transpose(0, 1).matmul(b);
+    CHECK(kernels({c}) == want_kernels);
+    std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), got = c.to_vector<float>();
+    for (int64_t i = 0; i < m; i += 7)
+      for (int64_t j = 0; j < n; j += 5) {
+        double want = 0;
+        for (int64_t r = 0; r < k; ++r) want += double(av[static_cast<size_t>(r * m + i)]) * bv[static_cast<size_t>(r * n + j)];
+        CHECK(got[static_cast<size_t>(i * n + j)] == Approx(want).epsilon(1e-4).margin(1e-4));
+      }
+  };
+  check(128, 128, 128, 1);
+  check(320, 64, 1024, 2);
+}
+
 TEST_CASE("a repacked operand keeps each of its axes, whatever their sizes and numbers", "[schedule]") {
   // out[a, n, c] = sum_k x[a, k] * w[n, k, c], with w stored as (c, n, k): strided along every output
   // axis, so it is repacked to (n, k, c). Its loops (n, k, c) are renumbered for the copy; with K == N
