@@ -41,6 +41,8 @@ struct Timing {
 // The kernels alone: the case is captured by a Jit and its replays are timed (no graph building,
 // scheduling, cache lookups or allocation in the timed part, which made single realizes of the small
 // cases swing 2-3x between runs).
+constexpr std::chrono::duration<double> kRoundSeconds{0.002};
+
 Timing time_case(const SweepCase& c, const CReference& ref, int rounds) {
   Jit jit([&](const std::vector<Tensor>&) { return std::vector<Tensor>{c.build()}; });
   for (int i = 0; i < 4; ++i) jit({});  // warm-up and the two recorded calls, then one replay
@@ -55,8 +57,12 @@ Timing time_case(const SweepCase& c, const CReference& ref, int rounds) {
   };
   double before = peak_now();
   for (int r = 0; r < rounds; ++r) {
+    // Back-to-back replays, as a training step runs its kernels, for at least kRoundSeconds: the launch
+    // team's helpers sleep through the peak loop, and waking one takes tens of microseconds on these
+    // VMs, during which the caller runs every chunk itself; three replays of a 3 us kernel (matmul 64^3)
+    // all fell inside that wake-up and timed one thread, not two.
     std::vector<double> seconds;
-    for (int i = 0; i < 3; ++i) {
+    for (auto round_start = Clock::now(); seconds.size() < 3 || Clock::now() - round_start < kRoundSeconds;) {
       auto start = Clock::now();
       jit({});
       device.synchronize();
@@ -65,7 +71,7 @@ Timing time_case(const SweepCase& c, const CReference& ref, int rounds) {
     std::sort(seconds.begin(), seconds.end());
     double after = peak_now();  // the faster of the peaks just before and just after: a conservative ratio
     peaks.push_back(std::max(before, after));
-    ratios.push_back(c.flops / seconds[1] * 1e-9 / peaks.back());
+    ratios.push_back(c.flops / seconds[seconds.size() / 2] * 1e-9 / peaks.back());
     before = after;
     all.insert(all.end(), seconds.begin(), seconds.end());
   }
