@@ -271,6 +271,17 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, std::array<int64_t, 2>
 
 Tensor ConvTranspose2d::forward(const Tensor& x) { return x.conv_transpose2d(weight, bias, stride, padding, output_padding, groups, dilation); }
 
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, int64_t groups, bool has_bias)
+    : stride(stride), padding(padding), dilation(dilation), groups(groups) {
+  if (groups <= 0 || in % groups != 0 || out % groups != 0)
+    throw Error(kiln::cat("Conv1d: in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
+  double bound = 1.0 / std::sqrt(static_cast<double>(in / groups * kernel));
+  weight = register_parameter("weight", uniform({out, in / groups, kernel}, bound));
+  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+}
+
+Tensor Conv1d::forward(const Tensor& x) { return x.conv1d(weight, bias, stride, padding, dilation, groups); }
+
 BatchNorm::BatchNorm(const char* name, std::vector<int64_t> ranks, const char* layouts, int64_t channels, double eps, double momentum,
                      bool affine)
     : eps(eps), momentum(momentum), name_(name), ranks_(std::move(ranks)), layouts_(layouts) {
@@ -378,15 +389,18 @@ Dropout::Dropout(double p) : p(p) {
   if (p < 0 || p > 1) throw Error(kiln::cat("Dropout: p must be in [0, 1], got ", p));
 }
 
-Tensor Dropout::forward(const Tensor& x) {
-  if (!training() || p == 0) return x;
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training()); }
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  if (p < 0 || p > 1) throw Error(kiln::cat("dropout: p must be in [0, 1], got ", p));
+  if (!training || p == 0) return x;
   if (p == 1) return x.zeros_like();
   Tensor keep = Tensor::rand(x.shape(), x.dtype(), x.device()).ge(Tensor::full(x.shape(), p, x.dtype(), x.device()));
   return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask, bool causal,
-                                    std::optional<double> scale_override) {
+                                    std::optional<double> scale_override, double dropout_p) {
   if (q.ndim() < 2 || k.ndim() < 2 || v.ndim() < 2 || q.shape().back() != k.shape().back() ||
       k.shape()[static_cast<size_t>(k.ndim() - 2)] != v.shape()[static_cast<size_t>(v.ndim() - 2)])
     throw Error(kiln::cat("scaled_dot_product_attention: q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()),
@@ -400,7 +414,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     scores = j.gt(i).where(neg_inf, scores);
   }
   if (mask) scores = is_bool(mask->dtype()) ? mask->where(scores, neg_inf) : scores + *mask;
-  return scores.softmax(-1).matmul(v);
+  return dropout(scores.softmax(-1), dropout_p).matmul(v);
 }
 
 MultiheadAttention::MultiheadAttention(int64_t e, int64_t heads, bool has_bias, bool batch_first)
@@ -430,11 +444,63 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
     if (in_proj_bias) y = y + in_proj_bias->shrink({{part * e, (part + 1) * e}});
     return y.reshape({y.shape()[0], y.shape()[1], h, d}).permute({0, 2, 1, 3});  // (N, H, L, D)
   };
-  Tensor attn = scaled_dot_product_attention(project(query, 0), project(key, 1), project(value, 2), mask, causal);
+  Tensor attn = scaled_dot_product_attention(project(query, 0), project(key, 1), project(value, 2), mask, causal, std::nullopt,
+                                             training() ? dropout : 0.0);
   Tensor merged = attn.permute({0, 2, 1, 3});
   merged = merged.reshape({merged.shape()[0], merged.shape()[1], e});
   Tensor out = out_proj->forward(merged);
   return batch_first ? out : out.transpose(0, 1);
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double p, std::string act,
+                                                 double layer_norm_eps, bool batch_first, bool norm_first)
+    : activation(std::move(act)), norm_first(norm_first) {
+  if (activation != "relu" && activation != "gelu")
+    throw Error(kiln::cat("TransformerEncoderLayer: activation \"", activation, "\" is not \"relu\" or \"gelu\""));
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, true, batch_first));
+  self_attn->dropout = p;
+  linear1 = register_module("linear1", std::make_shared<Linear>(d_model, dim_feedforward));
+  dropout = register_module("dropout", std::make_shared<Dropout>(p));
+  linear2 = register_module("linear2", std::make_shared<Linear>(dim_feedforward, d_model));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(Shape{d_model}, layer_norm_eps));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(Shape{d_model}, layer_norm_eps));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, std::optional<Tensor> mask, bool causal) {
+  auto attention = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, mask, causal)); };
+  auto feed_forward = [&](const Tensor& x) {
+    Tensor h = linear1->forward(x);
+    h = activation == "gelu" ? h.gelu() : h.relu();
+    return dropout2->forward(linear2->forward(dropout->forward(h)));
+  };
+  if (norm_first) {
+    Tensor x = src + attention(norm1->forward(src));
+    return x + feed_forward(norm2->forward(x));
+  }
+  Tensor x = norm1->forward(src + attention(src));
+  return norm2->forward(x + feed_forward(x));
+}
+
+ModuleList::ModuleList(std::vector<std::shared_ptr<Module>> modules) {
+  for (auto& m : modules) push_back(std::move(m));
+}
+
+ModuleList& ModuleList::push_back(std::shared_ptr<Module> m) {
+  if (!m) throw Error(kiln::cat("ModuleList::push_back: module ", modules_.size(), " is null"));
+  modules_.push_back(register_module(std::to_string(modules_.size()), std::move(m)));
+  return *this;
+}
+
+const std::shared_ptr<Module>& ModuleList::operator[](size_t i) const {
+  if (i >= modules_.size()) throw Error(kiln::cat("ModuleList: index ", i, " is out of range for ", modules_.size(), " modules"));
+  return modules_[i];
+}
+
+Tensor ModuleList::forward(const Tensor&) {
+  throw Error("ModuleList has no forward of its own (as in PyTorch): call its modules from your module's forward, "
+              "e.g. for (auto& m : *list) x = m->forward(x)");
 }
 
 // --- losses ----------------------------------------------------------------------------------
@@ -603,6 +669,39 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduct
     loss = loss * *weight;
   }
   return reduce(loss, r);
+}
+
+Tensor binary_cross_entropy(const Tensor& x, const Tensor& y, Reduction r, std::optional<Tensor> weight) {
+  check_same_shape(x, y, "binary_cross_entropy");
+  // log(p) clamped at -100; p <= 0 takes -100 without evaluating log(0), so its gradient is 0, not NaN.
+  auto clamped_log = [](const Tensor& p) {
+    Tensor positive = p.zeros_like().lt(p);
+    Tensor l = positive.where(p, p.ones_like()).log();
+    Tensor floor = l.full_like(-100.0);
+    return positive.where(l.maximum(floor), floor);
+  };
+  Tensor loss = -(y * clamped_log(x) + (1.0 - y) * clamped_log(1.0 - x));
+  if (weight) {
+    if (detail::broadcast_shapes(weight->shape(), x.shape(), "binary_cross_entropy") != x.shape())
+      throw Error(kiln::cat("binary_cross_entropy: weight ", shape_str(weight->shape()), " must broadcast to the input's shape ", shape_str(x.shape())));
+    loss = loss * *weight;
+  }
+  return reduce(loss, r);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction r, double beta) {
+  check_same_shape(input, target, "smooth_l1_loss");
+  if (beta < 0) throw Error(kiln::cat("smooth_l1_loss: beta must be >= 0, got ", beta));
+  Tensor d = input - target, ad = d.abs();
+  if (beta == 0) return reduce(ad, r);
+  return reduce(ad.lt(ad.full_like(beta)).where(d * d * (0.5 / beta), ad - 0.5 * beta), r);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction r, double delta) {
+  check_same_shape(input, target, "huber_loss");
+  if (delta <= 0) throw Error(kiln::cat("huber_loss: delta must be > 0, got ", delta));
+  Tensor d = input - target, ad = d.abs();
+  return reduce(ad.lt(ad.full_like(delta)).where(d * d * 0.5, (ad - 0.5 * delta) * delta), r);
 }
 
 // --- functional --------------------------------------------------------------------------------

@@ -194,6 +194,44 @@ class LeakyReLU : public Module {
   Tensor forward(const Tensor& x) override { return x.leaky_relu(negative_slope); }
   double negative_slope;
 };
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : alpha(alpha) {}
+  Tensor forward(const Tensor& x) override { return x.elu(alpha); }
+  double alpha;
+};
+class SELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.selu(); }
+};
+class Hardtanh : public Module {
+ public:
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0) : min_val(min_val), max_val(max_val) {}
+  Tensor forward(const Tensor& x) override { return x.hardtanh(min_val, max_val); }
+  double min_val, max_val;
+};
+class ReLU6 : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.relu6(); }
+};
+class Hardsigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.hardsigmoid(); }
+};
+class Hardswish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.hardswish(); }
+};
+class Mish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.mish(); }
+};
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0) : beta(beta), threshold(threshold) {}
+  Tensor forward(const Tensor& x) override { return x.softplus(beta, threshold); }
+  double beta, threshold;
+};
 class Softmax : public Module {
  public:
   explicit Softmax(int64_t dim) : dim(dim) {}
@@ -218,6 +256,17 @@ class ConvTranspose2d : public Module {
   std::optional<Tensor> bias;
   std::array<int64_t, 2> stride, padding, output_padding, dilation;
   int64_t groups;
+};
+
+// torch.nn.Conv1d on (N, C, L) or (C, L): weight (out, in / groups, kernel), initialized as PyTorch does.
+class Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1,
+         int64_t groups = 1, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;
+  std::optional<Tensor> bias;
+  int64_t stride, padding, dilation, groups;
 };
 
 // Max or average pooling over the last two axes; MaxPool2d and AvgPool2d pick which. The options are
@@ -264,11 +313,63 @@ class AvgPool2d : public Pool2d {
   }
 };
 
+class MaxPool1d : public Module {
+ public:
+  explicit MaxPool1d(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, int64_t dilation = 1,
+                     bool ceil_mode = false)
+      : kernel(kernel), stride(stride), padding(padding), dilation(dilation), ceil_mode(ceil_mode) {}
+  Tensor forward(const Tensor& x) override { return x.max_pool1d(kernel, stride, padding, dilation, ceil_mode); }
+  int64_t kernel;
+  std::optional<int64_t> stride;
+  int64_t padding, dilation;
+  bool ceil_mode;
+};
+
+class AvgPool1d : public Module {
+ public:
+  explicit AvgPool1d(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, bool ceil_mode = false,
+                     bool count_include_pad = true)
+      : kernel(kernel), stride(stride), padding(padding), ceil_mode(ceil_mode), count_include_pad(count_include_pad) {}
+  Tensor forward(const Tensor& x) override { return x.avg_pool1d(kernel, stride, padding, ceil_mode, count_include_pad); }
+  int64_t kernel;
+  std::optional<int64_t> stride;
+  int64_t padding;
+  bool ceil_mode, count_include_pad;
+};
+
+// Adaptive pooling to a fixed output size (Tensor::adaptive_avg_pool2d): a ResNet's head is
+// AdaptiveAvgPool2d({1, 1}) then Flatten.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override { return x.adaptive_avg_pool2d(output_size); }
+  std::array<int64_t, 2> output_size;
+};
+class AdaptiveMaxPool2d : public Module {
+ public:
+  explicit AdaptiveMaxPool2d(std::array<int64_t, 2> output_size) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override { return x.adaptive_max_pool2d(output_size); }
+  std::array<int64_t, 2> output_size;
+};
+class AdaptiveAvgPool1d : public Module {
+ public:
+  explicit AdaptiveAvgPool1d(int64_t output_size) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override { return x.adaptive_avg_pool1d(output_size); }
+  int64_t output_size;
+};
+class AdaptiveMaxPool1d : public Module {
+ public:
+  explicit AdaptiveMaxPool1d(int64_t output_size) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override { return x.adaptive_max_pool1d(output_size); }
+  int64_t output_size;
+};
+
 // softmax(q k^T / sqrt(d) + mask) v over the last two axes; `mask` is added (use -inf to block), or
 // a bool mask where true keeps, as in torch.nn.functional.scaled_dot_product_attention.
-// `scale` replaces 1/sqrt(E).
+// `scale` replaces 1/sqrt(E). dropout_p > 0 drops attention weights (scaling the kept ones by
+// 1 / (1 - p)), as torch's dropout_p; pass 0 outside training.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask = std::nullopt,
-                                    bool causal = false, std::optional<double> scale = std::nullopt);
+                                    bool causal = false, std::optional<double> scale = std::nullopt, double dropout_p = 0.0);
 
 class MultiheadAttention : public Module {
  public:
@@ -282,6 +383,42 @@ class MultiheadAttention : public Module {
   std::shared_ptr<Linear> out_proj;
   int64_t embed_dim, num_heads;
   bool batch_first;
+  double dropout = 0.0;  // torch's `dropout`: on the attention weights, in training mode only
+};
+
+// torch.nn.TransformerEncoderLayer: self-attention and a feed-forward block (linear1, activation
+// "relu" or "gelu", dropout, linear2), each added to its input, with LayerNorm after each sum
+// (post-norm, PyTorch's default) or before each block (norm_first). Submodule names are PyTorch's
+// (self_attn, linear1, linear2, norm1, norm2), so state dicts carry over.
+class TransformerEncoderLayer : public Module {
+ public:
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward = 2048, double dropout = 0.1,
+                          std::string activation = "relu", double layer_norm_eps = 1e-5, bool batch_first = false, bool norm_first = false);
+  Tensor forward(const Tensor& src) override { return forward(src, std::nullopt, false); }
+  // mask: added to the attention scores, or bool where true keeps (see scaled_dot_product_attention).
+  Tensor forward(const Tensor& src, std::optional<Tensor> mask, bool causal = false);
+  std::shared_ptr<MultiheadAttention> self_attn;
+  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<LayerNorm> norm1, norm2;
+  std::shared_ptr<Dropout> dropout, dropout1, dropout2;
+  std::string activation;
+  bool norm_first;
+};
+
+// torch.nn.ModuleList: modules registered under "0", "1", ...; it has no forward of its own.
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  explicit ModuleList(std::vector<std::shared_ptr<Module>> modules);
+  ModuleList& push_back(std::shared_ptr<Module> m);
+  size_t size() const { return modules_.size(); }
+  const std::shared_ptr<Module>& operator[](size_t i) const;
+  std::vector<std::shared_ptr<Module>>::const_iterator begin() const { return modules_.begin(); }
+  std::vector<std::shared_ptr<Module>>::const_iterator end() const { return modules_.end(); }
+  Tensor forward(const Tensor& x) override;  // an error that says to call its modules
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
 };
 
 // --- losses (mean over the batch unless said otherwise) --------------------------------------
@@ -300,7 +437,19 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                                         std::optional<Tensor> weight = std::nullopt, std::optional<Tensor> pos_weight = std::nullopt);
 
+// Probabilities in [0, 1] (not logits) against targets of the same shape; each log is clamped at
+// -100, as PyTorch does, so a probability of exactly 0 or 1 gives a finite loss.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                            std::optional<Tensor> weight = std::nullopt);
+// 0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (beta 0: l1_loss).
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, double beta = 1.0);
+// 0.5 d^2 where |d| <= delta, delta (|d| - 0.5 delta) elsewhere.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, double delta = 1.0);
+
 // --- functional -----------------------------------------------------------------------------
+// torch.nn.functional.dropout: zeroes each element with probability p and scales the rest by
+// 1 / (1 - p) when training; x itself otherwise.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
 // torch.nn.functional.unfold (im2col): (N, C, H, W) -> (N, C*KH*KW, L), L the number of windows.
 Tensor unfold(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> dilation = {1, 1},
               std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> stride = {1, 1});

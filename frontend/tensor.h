@@ -99,6 +99,17 @@ class Tensor {
   Tensor gelu(const std::string& approximate) const;  // "none" (erf) or "tanh"
   Tensor silu() const;
   Tensor softplus(double beta = 1.0, double threshold = 20.0) const;
+  // The activations of torch.nn.functional with PyTorch's defaults and gradients: elu is x for x > 0,
+  // alpha (e^x - 1) otherwise (e^x - 1 computed without cancellation near 0); selu is scale * elu with
+  // SELU's alpha; hardtanh clamps (gradient 1 strictly inside, 0 outside); relu6 is hardtanh(0, 6);
+  // hardsigmoid relu6(x + 3) / 6; hardswish x * hardsigmoid(x); mish x * tanh(softplus(x)).
+  Tensor elu(double alpha = 1.0) const;
+  Tensor selu() const;
+  Tensor hardtanh(double min_val = -1.0, double max_val = 1.0) const;
+  Tensor relu6() const;
+  Tensor hardsigmoid() const;
+  Tensor hardswish() const;
+  Tensor mish() const;
   Tensor erf() const;
   Tensor floor() const;
   Tensor ceil() const;
@@ -205,6 +216,21 @@ class Tensor {
   Tensor avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::array<int64_t, 2>> stride = std::nullopt,
                     std::array<int64_t, 2> padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true,
                     std::optional<int64_t> divisor_override = std::nullopt) const;
+  // The 1-D forms, on (N, C, L) or an unbatched (C, L): conv1d's weight is (K, C/groups, R). Each is its
+  // 2-D op on a 1-high image, so it runs the same kernels.
+  Tensor conv1d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, int64_t stride = 1, int64_t padding = 0,
+                int64_t dilation = 1, int64_t groups = 1) const;
+  Tensor max_pool1d(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, int64_t dilation = 1,
+                    bool ceil_mode = false) const;
+  Tensor avg_pool1d(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0, bool ceil_mode = false,
+                    bool count_include_pad = true) const;
+  // Adaptive pooling over the last two axes (the last one for 1-D), as torch's: output i of an axis of
+  // size n pools the inputs [floor(i n / out), ceil((i + 1) n / out)). Sizes that divide evenly are
+  // plain pooling with kernel = stride = n / out.
+  Tensor adaptive_avg_pool2d(std::array<int64_t, 2> output_size) const;
+  Tensor adaptive_max_pool2d(std::array<int64_t, 2> output_size) const;
+  Tensor adaptive_avg_pool1d(int64_t output_size) const;
+  Tensor adaptive_max_pool1d(int64_t output_size) const;
   // torch.nn.functional.conv_transpose2d: weight (C, K/groups, R, S); the gradient of conv2d.
   Tensor conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias = std::nullopt, std::array<int64_t, 2> stride = {1, 1},
                           std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> output_padding = {0, 0}, int64_t groups = 1,

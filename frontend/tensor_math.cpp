@@ -304,6 +304,63 @@ Tensor Tensor::softplus(double beta, double threshold) const {
   });
 }
 
+namespace {
+// e^x - 1 for x <= 0 without the cancellation of exp(x) - 1 near 0 (relative error ~eps/|x| there):
+// Kahan's (u - 1) x / log(u), u = e^x, exact where u rounds to 1 (then x is the answer); below -1 the
+// plain difference is accurate. No gradient of its own: its callers set theirs.
+Tensor expm1_nonpositive(const Tensor& x) {
+  Tensor u = x.exp(), one = x.ones_like();
+  Tensor near = x.full_like(-1.0).lt(x).logical_and(u.ne(one));
+  Tensor safe_u = near.where(u, x.full_like(0.5));  // the branch not taken sees a harmless value
+  Tensor kahan = (safe_u - 1.0) * near.where(x, x.full_like(std::log(0.5))) / safe_u.log();
+  return near.where(kahan, u.eq(one).where(x, u - 1.0));
+}
+}  // namespace
+
+Tensor Tensor::elu(double alpha) const {
+  return in_float([alpha](const Tensor& x) {
+    Tensor positive = x.zeros_like().lt(x);
+    Tensor out = positive.where(x, expm1_nonpositive(positive.where(x.zeros_like(), x)) * alpha);
+    // 1 above 0, alpha e^x = out + alpha at or below it (PyTorch's rule at 0, too).
+    detail::set_elementwise_gradient(out, x, [alpha](const Tensor& v, const Tensor& y) {
+      return v.zeros_like().lt(v).where(v.ones_like(), y + alpha);
+    });
+    return out;
+  });
+}
+Tensor Tensor::selu() const {
+  constexpr double kAlpha = 1.6732632423543772848170429916717, kScale = 1.0507009873554804934193349852946;
+  return elu(kAlpha) * kScale;
+}
+Tensor Tensor::hardtanh(double min_val, double max_val) const {
+  if (min_val > max_val) throw Error(kiln::cat("hardtanh: min_val ", min_val, " is above max_val ", max_val));
+  Tensor lo = full_like(min_val), hi = full_like(max_val);
+  Tensor out = lt(lo).where(lo, hi.lt(*this).where(hi, *this));
+  // 1 strictly between the bounds, 0 at and beyond them, as PyTorch's hardtanh_backward.
+  detail::set_elementwise_gradient(out, *this, [min_val, max_val](const Tensor& v, const Tensor&) {
+    return v.full_like(min_val).lt(v).logical_and(v.lt(v.full_like(max_val))).where(v.ones_like(), v.zeros_like());
+  });
+  return out;
+}
+Tensor Tensor::relu6() const { return hardtanh(0.0, 6.0); }
+Tensor Tensor::hardsigmoid() const {
+  Tensor out = (*this + 3.0).clamp(0.0, 6.0) / 6.0;
+  // 1/6 strictly inside (-3, 3), 0 elsewhere (PyTorch's hardsigmoid_backward).
+  detail::set_elementwise_gradient(out, *this, [](const Tensor& v, const Tensor&) {
+    return v.full_like(-3.0).lt(v).logical_and(v.lt(v.full_like(3.0))).where(v.full_like(1.0 / 6.0), v.zeros_like());
+  });
+  return out;
+}
+Tensor Tensor::hardswish() const {
+  Tensor out = *this * ((*this + 3.0).clamp(0.0, 6.0) / 6.0);
+  // PyTorch's hardswish_backward: 0 below -3, (2x + 3) / 6 on [-3, 3], 1 above 3.
+  detail::set_elementwise_gradient(out, *this, [](const Tensor& v, const Tensor&) {
+    return v.lt(v.full_like(-3.0)).where(v.zeros_like(), v.full_like(3.0).lt(v).where(v.ones_like(), (v * 2.0 + 3.0) / 6.0));
+  });
+  return out;
+}
+Tensor Tensor::mish() const { return in_float([](const Tensor& x) { return x * x.softplus().tanh(); }); }
+
 Tensor Tensor::erf() const {
   if (detail::is_narrow_float(dtype()))
     return in_float([](const Tensor& x) { return x.erf(); });

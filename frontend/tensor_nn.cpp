@@ -352,6 +352,87 @@ Tensor Tensor::avg_pool2d(std::array<int64_t, 2> kernel, std::optional<std::arra
   return (sums / count).cast(out_dtype);
 }
 
+namespace {
+// A 1-D op as its 2-D form on a 1-high image: (N, C, L) or (C, L) in, the same rank out.
+Tensor as_1d(const Tensor& x, const char* op, const std::function<Tensor(const Tensor&)>& f) {
+  if (x.ndim() != 2 && x.ndim() != 3) throw Error(kiln::cat(op, ": input must be (N, C, L) or (C, L), got ", shape_str(x.shape())));
+  Tensor batched = x.ndim() == 2 ? x.unsqueeze(0) : x;
+  Tensor y = f(batched.unsqueeze(2)).squeeze(2);
+  return x.ndim() == 2 ? y.squeeze(0) : y;
+}
+
+// Adaptive pooling of the last axis into `out` windows [floor(i n / out), ceil((i + 1) n / out)): a
+// reshape when out divides n, else a masked (out x n) table, each output reducing the inputs its
+// window covers.
+Tensor adaptive_last_axis(const Tensor& x, int64_t out, bool max, const char* op) {
+  int64_t n = x.shape().empty() ? 0 : x.shape().back();
+  if (out <= 0 || n <= 0) throw Error(kiln::cat(op, ": output size ", out, " and input size ", n, " (of ", shape_str(x.shape()), ") must be positive"));
+  Shape lead(x.shape().begin(), x.shape().end() - 1);
+  if (n % out == 0) {
+    Shape split = lead;
+    split.push_back(out);
+    split.push_back(n / out);
+    Tensor windows = x.reshape(split);
+    return max ? windows.max({-1}) : windows.mean({-1});
+  }
+  std::vector<uint8_t> covers(static_cast<size_t>(out * n), 0);
+  std::vector<double> count(static_cast<size_t>(out), 0);
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = i * n / out; j < ((i + 1) * n + out - 1) / out; ++j) {
+      covers[static_cast<size_t>(i * n + j)] = 1;
+      count[static_cast<size_t>(i)] += 1;
+    }
+  Shape wide = lead;
+  wide.push_back(out);
+  wide.push_back(n);
+  Tensor mask = Tensor::from_vector(covers, {out, n}, x.device()).cast(dtypes::bool_).expand(wide);
+  Tensor terms = x.unsqueeze(-2).expand(wide);
+  if (max) {
+    double lowest_value = is_float(x.dtype()) ? -std::numeric_limits<double>::infinity() : as_double(lowest(x.dtype()));
+    return mask.where(terms, terms.full_like(lowest_value)).max({-1});
+  }
+  Tensor sums = mask.where(terms, terms.zeros_like()).sum({-1});
+  return sums / Tensor::from_vector(count, {out}, x.device()).cast(sums.dtype());
+}
+
+Tensor adaptive_2d(const Tensor& x, std::array<int64_t, 2> size, bool max, const char* op) {
+  if (x.ndim() < 2) throw Error(kiln::cat(op, ": needs (..., H, W), got ", shape_str(x.shape())));
+  int64_t h = x.shape()[x.shape().size() - 2], w = x.shape().back();
+  if (size[0] > 0 && size[1] > 0 && h > 0 && w > 0 && h % size[0] == 0 && w % size[1] == 0) {  // plain pooling, one reduction
+    Shape split(x.shape().begin(), x.shape().end() - 2);
+    for (int64_t v : {size[0], h / size[0], size[1], w / size[1]}) split.push_back(v);
+    Tensor windows = x.reshape(split);
+    return max ? windows.max({-3, -1}) : windows.mean({-3, -1});
+  }
+  Tensor across = adaptive_last_axis(x, size[1], max, op);
+  return adaptive_last_axis(across.transpose(-2, -1), size[0], max, op).transpose(-2, -1);
+}
+}  // namespace
+
+Tensor Tensor::conv1d(const Tensor& weight, std::optional<Tensor> bias, int64_t stride, int64_t padding, int64_t dilation, int64_t groups) const {
+  if (weight.ndim() != 3) throw Error(kiln::cat("conv1d: weight must be (K, C/groups, R), got ", shape_str(weight.shape())));
+  return as_1d(*this, "conv1d", [&](const Tensor& x) {
+    return x.conv2d(weight.unsqueeze(2), bias, {1, stride}, {0, padding}, {1, dilation}, groups);
+  });
+}
+
+Tensor Tensor::max_pool1d(int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation, bool ceil_mode) const {
+  return as_1d(*this, "max_pool1d", [&](const Tensor& x) {
+    return x.max_pool2d({1, kernel}, std::array<int64_t, 2>{1, stride.value_or(kernel)}, {0, padding}, {1, dilation}, ceil_mode);
+  });
+}
+
+Tensor Tensor::avg_pool1d(int64_t kernel, std::optional<int64_t> stride, int64_t padding, bool ceil_mode, bool count_include_pad) const {
+  return as_1d(*this, "avg_pool1d", [&](const Tensor& x) {
+    return x.avg_pool2d({1, kernel}, std::array<int64_t, 2>{1, stride.value_or(kernel)}, {0, padding}, ceil_mode, count_include_pad);
+  });
+}
+
+Tensor Tensor::adaptive_avg_pool2d(std::array<int64_t, 2> output_size) const { return adaptive_2d(*this, output_size, false, "adaptive_avg_pool2d"); }
+Tensor Tensor::adaptive_max_pool2d(std::array<int64_t, 2> output_size) const { return adaptive_2d(*this, output_size, true, "adaptive_max_pool2d"); }
+Tensor Tensor::adaptive_avg_pool1d(int64_t output_size) const { return adaptive_last_axis(*this, output_size, false, "adaptive_avg_pool1d"); }
+Tensor Tensor::adaptive_max_pool1d(int64_t output_size) const { return adaptive_last_axis(*this, output_size, true, "adaptive_max_pool1d"); }
+
 Tensor Tensor::conv_transpose2d(const Tensor& weight, std::optional<Tensor> bias, std::array<int64_t, 2> stride,
                                 std::array<int64_t, 2> padding, std::array<int64_t, 2> output_padding, int64_t groups,
                                 std::array<int64_t, 2> dilation) const {

@@ -194,6 +194,81 @@ TEST_CASE("nn: activation modules and ConvTranspose2d are their functions, with 
   CHECK_THROWS_WITH(nn::ConvTranspose2d(4, 5, {3, 3}, {1, 1}, {0, 0}, {0, 0}, 2), Catch::Contains("divisible by groups"));
 }
 
+TEST_CASE("nn: the 1-D, adaptive and extra activation modules, ModuleList and TransformerEncoderLayer, and their errors", "[nn]") {
+  // Values against libtorch are in tests/torch (test_grad.cpp); here the modules equal their functions,
+  // their parameters have PyTorch's names, shapes and bounds, and bad arguments raise errors that say so.
+  std::vector<float> xv = randoms(2 * 3 * 10, 11, -4, 4);
+  Tensor x = Tensor::from_vector(xv, {2, 3, 10});
+  auto same = [](Tensor a, Tensor b) { CHECK(a.to_vector<float>() == b.to_vector<float>()); };
+  same(nn::ELU(0.5)(x), x.elu(0.5));
+  same(nn::SELU()(x), x.selu());
+  same(nn::Hardtanh(-2, 1)(x), x.hardtanh(-2, 1));
+  same(nn::ReLU6()(x), x.relu6());
+  same(nn::Hardsigmoid()(x), x.hardsigmoid());
+  same(nn::Hardswish()(x), x.hardswish());
+  same(nn::Mish()(x), x.mish());
+  same(nn::Softplus(2, 5)(x), x.softplus(2, 5));
+  // Closed forms of the piecewise ones.
+  std::vector<float> r6 = x.relu6().to_vector<float>(), hs = x.hardswish().to_vector<float>(), elu = x.elu().to_vector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    double v = xv[i];
+    CHECK(r6[i] == Approx(std::min(std::max(v, 0.0), 6.0)).margin(1e-6));
+    CHECK(hs[i] == Approx(v * std::min(std::max(v + 3, 0.0), 6.0) / 6).margin(1e-6));
+    CHECK(elu[i] == Approx(v > 0 ? v : std::expm1(v)).margin(1e-6));
+  }
+  nn::Conv1d conv(3, 4, 3, 1, 1, 1, 1);
+  CHECK(conv.weight.shape() == Shape{4, 3, 3});
+  for (float w : conv.weight.to_vector<float>()) CHECK(std::abs(w) <= 1 / std::sqrt(9.0));
+  Tensor y = conv(x);
+  CHECK(y.shape() == Shape{2, 4, 10});
+  same(y, x.conv1d(conv.weight, conv.bias, 1, 1));
+  same(nn::MaxPool1d(2)(x), x.max_pool1d(2));
+  same(nn::AvgPool1d(3, 2, 1)(x), x.avg_pool1d(3, 2, 1));
+  same(nn::AdaptiveAvgPool1d(3)(x), x.adaptive_avg_pool1d(3));
+  same(nn::AdaptiveMaxPool1d(4)(x), x.adaptive_max_pool1d(4));
+  Tensor img = x.reshape({2, 3, 2, 5});
+  std::vector<float> pooled = nn::AdaptiveAvgPool2d({1, 1})(img).to_vector<float>(), means = img.mean({2, 3}, true).to_vector<float>();
+  REQUIRE(pooled.size() == means.size());
+  for (size_t i = 0; i < means.size(); ++i) CHECK(pooled[i] == Approx(means[i]).margin(1e-6));
+  same(nn::AdaptiveMaxPool2d({1, 1})(img), img.max({2, 3}, true));
+  CHECK(nn::AdaptiveAvgPool2d({2, 3})(img).shape() == Shape{2, 3, 2, 3});
+  // ModuleList: PyTorch's names, no forward of its own.
+  nn::ModuleList list({std::make_shared<nn::Linear>(10, 4), std::make_shared<nn::ReLU>()});
+  list.push_back(std::make_shared<nn::Linear>(4, 2));
+  CHECK(list.size() == 3);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : list.named_parameters()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  Tensor h = x;
+  for (const auto& m : list) h = m->forward(h);
+  CHECK(h.shape() == Shape{2, 3, 2});
+  CHECK_THROWS_WITH(list(x), Catch::Contains("ModuleList has no forward"));
+  CHECK_THROWS_WITH(list[3], Catch::Contains("index 3 is out of range for 3"));
+  // TransformerEncoderLayer: PyTorch's parameter names; in eval mode a step is deterministic.
+  nn::TransformerEncoderLayer enc(8, 2, 16, 0.1, "gelu", 1e-5, true);
+  std::vector<std::string> enc_names;
+  for (const auto& [name, t] : enc.named_parameters()) enc_names.push_back(name);
+  CHECK(enc_names == std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+                                              "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+                                              "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"});
+  Tensor seq = Tensor::from_vector(randoms(2 * 5 * 8, 12), {2, 5, 8});
+  enc.eval();
+  same(enc(seq), enc(seq));
+  CHECK(enc.forward(seq, std::nullopt, true).shape() == Shape{2, 5, 8});
+  // Errors name the op, the values and the fix.
+  CHECK_THROWS_WITH(x.hardtanh(1, -1), Catch::Contains("hardtanh") && Catch::Contains("above max_val"));
+  CHECK_THROWS_WITH(Tensor::zeros({2, 3, 4, 5}).conv1d(conv.weight), Catch::Contains("conv1d: input must be (N, C, L) or (C, L)"));
+  CHECK_THROWS_WITH(x.conv1d(Tensor::zeros({4, 3})), Catch::Contains("conv1d: weight must be (K, C/groups, R)"));
+  CHECK_THROWS_WITH(x.adaptive_avg_pool1d(0), Catch::Contains("adaptive_avg_pool1d: output size 0"));
+  CHECK_THROWS_WITH(img.adaptive_max_pool2d({0, 2}), Catch::Contains("adaptive_max_pool2d"));
+  CHECK_THROWS_WITH(nn::TransformerEncoderLayer(8, 2, 16, 0.1, "tanh"), Catch::Contains("activation \"tanh\" is not \"relu\" or \"gelu\""));
+  CHECK_THROWS_WITH(nn::TransformerEncoderLayer(8, 3), Catch::Contains("divisible by num_heads"));
+  CHECK_THROWS_WITH(nn::dropout(x, 1.5), Catch::Contains("dropout: p must be in [0, 1]"));
+  CHECK_THROWS_WITH(nn::smooth_l1_loss(x, x, nn::Reduction::Mean, -1), Catch::Contains("beta must be >= 0"));
+  CHECK_THROWS_WITH(nn::huber_loss(x, x, nn::Reduction::Mean, 0), Catch::Contains("delta must be > 0"));
+  CHECK_THROWS_WITH(nn::binary_cross_entropy(x, x.reshape({6, 10})), Catch::Contains("binary_cross_entropy"));
+}
+
 TEST_CASE("nn: LayerNorm and GroupNorm", "[nn]") {
   std::vector<float> x = randoms(2 * 4 * 3, 7, -1, 2);
   auto normalize = [&](std::vector<double> v) {

@@ -100,6 +100,16 @@ TEST_CASE("torch grad: unary math", "[torch][grad]") {
       // beta 2, threshold 5: values above 2.5 take the linear branch.
       {"softplus(2, 5)", Domain::Any, [](const Tensor& x) { return x.softplus(2, 5); }, [](const at::Tensor& x) { return at::softplus(x, 2, 5); }},
       {"erf", Domain::Any, [](const Tensor& x) { return x.erf(); }, [](const at::Tensor& x) { return x.erf(); }, true},
+      {"elu", Domain::Any, [](const Tensor& x) { return x.elu(); }, [](const at::Tensor& x) { return at::elu(x); }},
+      {"elu(0.5)", Domain::Any, [](const Tensor& x) { return x.elu(0.5); }, [](const at::Tensor& x) { return at::elu(x, 0.5); }},
+      {"selu", Domain::Any, [](const Tensor& x) { return x.selu(); }, [](const at::Tensor& x) { return at::selu(x); }},
+      {"hardtanh", Domain::Any, [](const Tensor& x) { return x.hardtanh(-0.5, 0.75); }, [](const at::Tensor& x) { return at::hardtanh(x, -0.5, 0.75); }},
+      {"relu6", Domain::Any, [](const Tensor& x) { return (x * 4.0).relu6(); }, [](const at::Tensor& x) { return at::relu6(x * 4.0); }},
+      // torch 1.13 scales hardsigmoid's gradient by 1.0f / 6.0f, a float32 constant, in float64 too.
+      {"hardsigmoid", Domain::Any, [](const Tensor& x) { return (x * 4.0).hardsigmoid(); }, [](const at::Tensor& x) { return at::hardsigmoid(x * 4.0); },
+       true},
+      {"hardswish", Domain::Any, [](const Tensor& x) { return (x * 4.0).hardswish(); }, [](const at::Tensor& x) { return at::hardswish(x * 4.0); }},
+      {"mish", Domain::Any, [](const Tensor& x) { return x.mish(); }, [](const at::Tensor& x) { return at::mish(x); }},
       {"abs", Domain::Any, [](const Tensor& x) { return x.abs(); }, [](const at::Tensor& x) { return x.abs(); }},
       {"pow(x, 2)", Domain::Any, [](const Tensor& x) { return x.pow(2.0); }, [](const at::Tensor& x) { return x.pow(2.0); }},
       {"pow(x, 3)", Domain::Any, [](const Tensor& x) { return x.pow(3.0); }, [](const at::Tensor& x) { return x.pow(3.0); }},
@@ -451,11 +461,98 @@ TEST_CASE("torch grad: losses", "[torch][grad]") {
                  [&](auto& v) { return at::l1_loss(v[0], v[1], ar); }, 16);
       // Targets in [0, 1]: probabilities; both gradients (torch 1.13 differentiates the target too).
       at::Tensor probs = at::rand({3, 4}, src.gen(), at::TensorOptions().dtype(dt));
+      at::Tensor p = at::rand({3, 4}, src.gen(), at::TensorOptions().dtype(dt)) * 0.9 + 0.05;
+      Tensor kprobs = to_kiln(probs);  // a constant target: torch 1.13 does not differentiate BCE's target
+      check_grad(batch, src, "binary_cross_entropy" + red, {p}, [&](auto& v) { return nn::binary_cross_entropy(v[0], kprobs, r); },
+                 [&](auto& v) { return at::binary_cross_entropy(v[0], probs, {}, ar); }, 16);
+      // Differences on both sides of beta and delta (a - b spans about -3..3).
+      for (double beta : {1.0, 0.5, 0.0})
+        check_grad(batch, src, cat("smooth_l1_loss beta ", beta, red), {a, b}, [&](auto& v) { return nn::smooth_l1_loss(v[0], v[1], r, beta); },
+                   [&](auto& v) { return at::smooth_l1_loss(v[0], v[1], ar, beta); }, 16);
+      for (double delta : {1.0, 0.7})
+        check_grad(batch, src, cat("huber_loss delta ", delta, red), {a, b}, [&](auto& v) { return nn::huber_loss(v[0], v[1], r, delta); },
+                   [&](auto& v) { return at::huber_loss(v[0], v[1], ar, delta); }, 16);
       check_grad(batch, src, "binary_cross_entropy_with_logits" + red, {a, probs},
                  [&](auto& v) { return nn::binary_cross_entropy_with_logits(v[0], v[1], r); },
                  [&](auto& v) { return at::binary_cross_entropy_with_logits(v[0], v[1], {}, {}, ar); }, 16);
     }
   }
+  batch.run();
+}
+
+TEST_CASE("torch grad: conv1d, 1-D pooling and adaptive pooling, values and gradients", "[torch][grad]") {
+  // Values within the normwise tolerance of a sum of K terms (n = K + 8, as the conv2d case); the
+  // adaptive windows that do not divide evenly (5 -> 3, 7 -> 4) overlap, as PyTorch's do.
+  Source src(112);
+  Batch batch;
+  for (at::ScalarType dt : kGradDtypes) {
+    at::Tensor x = draw(src, {2, 4, 11}, dt, Domain::Any), w = draw(src, {6, 2, 3}, dt, Domain::Any), b = draw(src, {6}, dt, Domain::Any);
+    auto conv1d = [&](const auto& v) { return v[0].conv1d(v[1], v[2], 2, 1, 2, 2); };
+    auto at_conv1d = [&](const auto& v) { return at::conv1d(v[0], v[1], v[2], 2, 1, 2, 2); };
+    std::vector<at::Tensor> in{x, w, b};
+    batch.check(cat("conv1d ", name(dt)), conv1d(std::vector<Tensor>{to_kiln(x), to_kiln(w), to_kiln(b)}), at_conv1d(in),
+                normwise(at_conv1d(in), 14, dt));
+    check_grad(batch, src, "conv1d stride 2 padding 1 dilation 2 groups 2", in, conv1d, at_conv1d, 14);
+    at::Tensor unbatched = draw(src, {4, 9}, dt, Domain::Any), w1 = draw(src, {3, 4, 2}, dt, Domain::Any);
+    check_grad(batch, src, "conv1d unbatched", {unbatched, w1}, [&](auto& v) { return v[0].conv1d(v[1]); },
+               [&](auto& v) { return at::conv1d(v[0], v[1]); }, 16);
+    using KOp = std::function<Tensor(const Tensor&)>;
+    using TOp = std::function<at::Tensor(const at::Tensor&)>;
+    at::Tensor img = draw(src, {2, 3, 5, 7}, dt, Domain::Any), even = draw(src, {2, 3, 4, 6}, dt, Domain::Any);
+    std::vector<std::tuple<std::string, at::Tensor, KOp, TOp>> pools = {
+        {"max_pool1d", x, [](const Tensor& t) { return t.max_pool1d(3, 2, 1); }, [](const at::Tensor& t) { return at::max_pool1d(t, 3, 2, 1); }},
+        {"avg_pool1d", x, [](const Tensor& t) { return t.avg_pool1d(3, 2, 1, true, false); },
+         [](const at::Tensor& t) { return at::avg_pool1d(t, 3, 2, 1, true, false); }},
+        {"adaptive_avg_pool1d 11 -> 4", x, [](const Tensor& t) { return t.adaptive_avg_pool1d(4); },
+         [](const at::Tensor& t) { return at::adaptive_avg_pool1d(t, 4); }},
+        {"adaptive_max_pool1d 11 -> 4", x, [](const Tensor& t) { return t.adaptive_max_pool1d(4); },
+         [](const at::Tensor& t) { return std::get<0>(at::adaptive_max_pool1d(t, 4)); }},
+        {"adaptive_avg_pool2d 5x7 -> 3x4", img, [](const Tensor& t) { return t.adaptive_avg_pool2d({3, 4}); },
+         [](const at::Tensor& t) { return at::adaptive_avg_pool2d(t, {3, 4}); }},
+        {"adaptive_max_pool2d 5x7 -> 3x4", img, [](const Tensor& t) { return t.adaptive_max_pool2d({3, 4}); },
+         [](const at::Tensor& t) { return std::get<0>(at::adaptive_max_pool2d(t, {3, 4})); }},
+        {"adaptive_avg_pool2d 4x6 -> 2x3", even, [](const Tensor& t) { return t.adaptive_avg_pool2d({2, 3}); },
+         [](const at::Tensor& t) { return at::adaptive_avg_pool2d(t, {2, 3}); }},
+        {"adaptive_max_pool2d 4x6 -> 2x3", even, [](const Tensor& t) { return t.adaptive_max_pool2d({2, 3}); },
+         [](const at::Tensor& t) { return std::get<0>(at::adaptive_max_pool2d(t, {2, 3})); }},
+        {"adaptive_avg_pool2d 5x7 -> 1x1", img, [](const Tensor& t) { return t.adaptive_avg_pool2d({1, 1}); },
+         [](const at::Tensor& t) { return at::adaptive_avg_pool2d(t, {1, 1}); }},
+    };
+    for (const auto& [what, input, k, t] : pools) {
+      batch.check(cat(what, " ", name(dt)), k(to_kiln(input)), t(input), normwise(t(input), 16, dt));
+      check_grad(batch, src, what, {input}, [&](auto& v) { return k(v[0]); }, [&](auto& v) { return t(v[0]); }, 16);
+    }
+  }
+  batch.run();
+}
+
+TEST_CASE("torch: TransformerEncoderLayer equals PyTorch's fused encoder layer, post-norm and pre-norm, relu and gelu", "[torch][nn]") {
+  // The reference is libtorch's own inference kernel for nn.TransformerEncoderLayer
+  // (at::_transformer_encoder_layer_fwd, batch first), fed kiln's parameters by their PyTorch names.
+  // Tolerance: sums of up to 32 terms through two LayerNorms and a softmax, 64 float32 units.
+  Source src(113);
+  Batch batch;
+  const int64_t N = 2, L = 5, E = 16, H = 4, F = 32;
+  for (bool norm_first : {false, true})
+    for (std::string act : {"relu", "gelu"}) {
+      Tensor::manual_seed(7);
+      nn::TransformerEncoderLayer layer(E, H, F, 0.1, act, 1e-5, /*batch_first=*/true, norm_first);
+      layer.eval();  // dropout off, as the fused kernel
+      std::map<std::string, Tensor> state;
+      std::map<std::string, at::Tensor> p;
+      for (const auto& [key, value] : layer.state_dict()) {
+        p[key] = src.values(sizes_of(value.shape()), at::kFloat, Values::Finite) * 0.3;
+        state[key] = to_kiln(p[key]);
+      }
+      layer.load_state_dict(state);
+      at::Tensor x = src.values({N, L, E}, at::kFloat, Values::Finite);
+      at::Tensor expected = at::_transformer_encoder_layer_fwd(
+          x, E, H, p["self_attn.in_proj_weight"], p["self_attn.in_proj_bias"], p["self_attn.out_proj.weight"], p["self_attn.out_proj.bias"],
+          act == "gelu", norm_first, 1e-5, p["norm1.weight"], p["norm1.bias"], p["norm2.weight"], p["norm2.bias"], p["linear1.weight"],
+          p["linear1.bias"], p["linear2.weight"], p["linear2.bias"]);
+      batch.check(cat("TransformerEncoderLayer norm_first ", norm_first, " ", act), layer.forward(to_kiln(x)), expected,
+                  normwise(expected, 64, at::kFloat));
+    }
   batch.run();
 }
 

@@ -189,6 +189,21 @@ const std::vector<UnaryCase>& unary_cases() {
        [](const at::Tensor& x, const at::Tensor&, double e_c) { return (x.abs() + 4) * e_c; }},
       {"softplus(2, 5)", [](const Tensor& x) { return x.softplus(2.0, 5.0); }, [](const at::Tensor& x) { return at::softplus(x, 2, 5); }, 4, F,
        Values::Normal, [](const at::Tensor& x, const at::Tensor&, double e_c) { return (x.abs() * 2 + 4) * e_c / 2; }},
+      // Selections and one or two roundings, in the same order as torch's (hardswish: x * (h / 6) there,
+      // (x * h) / 6 here: two roundings apart at most).
+      {"hardtanh", [](const Tensor& x) { return x.hardtanh(-1.5, 2.25); }, [](const at::Tensor& x) { return at::hardtanh(x, -1.5, 2.25); }, 0, F},
+      {"relu6", [](const Tensor& x) { return x.relu6(); }, [](const at::Tensor& x) { return at::relu6(x); }, 0, F},
+      {"hardsigmoid", [](const Tensor& x) { return x.hardsigmoid(); }, [](const at::Tensor& x) { return at::hardsigmoid(x); }, 2, F},
+      {"hardswish", [](const Tensor& x) { return x.hardswish(); }, [](const at::Tensor& x) { return at::hardswish(x); }, 2, F},
+      // elu = alpha (e^x - 1) below 0: exp's error (|x| ulps of e^x, so at most 0.37 eps absolute) and
+      // the expm1 quotient's few roundings, against torch's expm1.
+      {"elu", [](const Tensor& x) { return x.elu(); }, [](const at::Tensor& x) { return at::elu(x); }, 8, F, Values::Normal, sigmoid_bound},
+      {"elu(0.5)", [](const Tensor& x) { return x.elu(0.5); }, [](const at::Tensor& x) { return at::elu(x, 0.5); }, 8, F, Values::Normal,
+       sigmoid_bound},
+      {"selu", [](const Tensor& x) { return x.selu(); }, [](const at::Tensor& x) { return at::selu(x); }, 8, F, Values::Normal, sigmoid_bound},
+      // mish = x tanh(softplus(x)): softplus's error (above) scaled by tanh's slope, then tanh's 32 units.
+      {"mish", [](const Tensor& x) { return x.mish(); }, [](const at::Tensor& x) { return at::mish(x); }, 32, F, Values::Normal,
+       [](const at::Tensor& x, const at::Tensor&, double e_c) { return x.abs() * (x.abs() + 4) * e_c; }},
   };
   return cases;
 }
