@@ -52,6 +52,9 @@ struct DeviceSpec {
   // with AVX-512); 0: the language has no vector types kiln renders, so upcasts become scalar copies (a
   // register tile) instead of vectors.
   int64_t vector_bytes = 0;
+  // How many of those vector registers there are (x86-64: 32 with AVX-512, else 16; AArch64: 32): the
+  // register tile's accumulators must fit in them. 0 where vector_bytes is 0.
+  int64_t vector_registers = 0;
   // exp2 and log2 of float32 are lowered to ALU ops (lower/transcendental.h) instead of the language's
   // functions: for a compiler that calls a scalar library function per element, even in vector code.
   bool alu_transcendentals = false;

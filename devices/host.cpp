@@ -190,6 +190,17 @@ int64_t host_vector_bytes() {
   return 16;
 }
 
+// How many of them: AVX-512 has 32 (zmm0-31), AVX2 and SSE on x86-64 16, AArch64's NEON 32.
+int64_t host_vector_registers() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f") ? 32 : 16;
+#elif defined(__aarch64__)
+  return 32;
+#else
+  return 16;
+#endif
+}
+
 class HostDevice : public Device {
  public:
   HostDevice(const std::string& name, std::unique_ptr<HostCompiler> compiler, const std::string& note)
@@ -206,6 +217,7 @@ class HostDevice : public Device {
     spec_.has_fp16 = false;  // float16 is stored as 16 bits and computed in float
     spec_.has_fp64 = true;
     spec_.vector_bytes = host_vector_bytes();
+    spec_.vector_registers = host_vector_registers();
     spec_.alu_transcendentals = true;  // vector loops of exp2f/log2f calls would run lane by lane
   }
   ~HostDevice() override { release_cached(); }

@@ -570,6 +570,7 @@ class RefDevice : public Device {
     // It runs vector dtypes lane by lane: lowered for 64-byte vectors (AVX-512's), it checks the
     // vector lowering the host renderers get.
     spec_.vector_bytes = 64;
+    spec_.vector_registers = 32;
     spec_.has_fp16 = true;  // stored as 16 bits, computed in double and rounded once
     spec_.has_fp64 = true;
     spec_.oracle = true;

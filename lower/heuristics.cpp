@@ -15,14 +15,14 @@ using namespace detail;
 
 // Whether some load walks r with stride 1, masked or not.
 bool walks_contiguously(const UOpPtr& sink, const UOpPtr& r) {
-  for (const UOpPtr& u : toposort(sink))
+  for (const UOpPtr& u : toposort(sink))  // analysis: a question about the loads, rewrites nothing
     if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) == std::optional<int64_t>(1)) return true;
   return false;
 }
 
 // Whether some load walks r with a stride of a page (4 KiB) or more: each vector lane on its own page.
 bool gathers_across_pages(const UOpPtr& sink, const UOpPtr& r) {
-  for (const UOpPtr& u : toposort(sink)) {
+  for (const UOpPtr& u : toposort(sink)) {  // analysis: a question about the loads, rewrites nothing
     if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
     std::optional<int64_t> stride = index_stride(u->src[0]->src[1], r);
     if (stride && std::abs(*stride) * static_cast<int64_t>(u->dtype.itemsize()) >= 4096) return true;
@@ -51,7 +51,7 @@ class InsideLoop {
 // count: one outside it (a pooling kernel's per-channel scale) is loaded once per output anyway, and a
 // tile for it only multiplied the code (a max pool's 8x32 tile compiled for 0.66 s).
 bool reused_along(const UOpPtr& sink, const UOpPtr& r) {
-  std::vector<UOpPtr> nodes = toposort(sink);
+  std::vector<UOpPtr> nodes = toposort(sink);  // analysis: a question about the loads, rewrites nothing
   InsideLoop in_loop(nodes);
   for (const UOpPtr& u : nodes)
     if (u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) == 0 && in_loop(u->src[0]->src[1]))
@@ -65,7 +65,7 @@ bool reused_along(const UOpPtr& sink, const UOpPtr& r) {
 // of the second. A sum of squares or of a sum ((x - mean)^2 in a layer norm) has neither, and its 8-row
 // tile only multiplied the code (r_32_64_128 of a transformer: 0.9 s to compile).
 bool multiplies_across(const UOpPtr& sink, const UOpPtr& r) {
-  std::vector<UOpPtr> nodes = toposort(sink);
+  std::vector<UOpPtr> nodes = toposort(sink);  // analysis: a question about the products, rewrites nothing
   InsideLoop in_loop(nodes);
   auto across = [&](const UOpPtr& moves, const UOpPtr& stays) { return depends_on(moves, r) && !depends_on(stays, r) && in_loop(stays); };
   for (const UOpPtr& u : nodes) {
@@ -80,7 +80,7 @@ constexpr int64_t kMinThreadedWork = 1 << 15;
 
 int64_t total_iterations(const UOpPtr& sink) {
   int64_t total = 1;
-  for (const UOpPtr& u : toposort(sink))
+  for (const UOpPtr& u : toposort(sink))  // analysis: multiplies the loop sizes, rewrites nothing
     if (u->op == Op::RANGE) total = total > INT64_MAX / 65536 ? total : total * std::max<int64_t>(1, u->end()->vmax());
   return total;
 }
@@ -93,7 +93,7 @@ bool lane_by_lane(const UOpPtr& u, const DeviceSpec& spec) {
 }
 
 bool has_transcendental(const UOpPtr& sink, const DeviceSpec& spec) {
-  for (const UOpPtr& u : toposort(sink))
+  for (const UOpPtr& u : toposort(sink))  // analysis: a question about the ops, rewrites nothing
     if (lane_by_lane(u, spec)) return true;
   return false;
 }
@@ -102,7 +102,7 @@ bool has_transcendental(const UOpPtr& sink, const DeviceSpec& spec) {
 // such as batch norm's per-channel 1/sqrt(var+eps) inside a loop over NCHW pixels, is computed outside
 // it; in an NHWC loop it is computed per channel vector).
 bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r, const DeviceSpec& spec) {
-  for (const UOpPtr& u : toposort(sink))
+  for (const UOpPtr& u : toposort(sink))  // analysis: a question about the ops, rewrites nothing
     if (lane_by_lane(u, spec) && depends_on(u, r)) return true;
   return false;
 }
@@ -111,7 +111,7 @@ bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r, const DeviceS
 // A transpose's other axis: the output axis (not r) along which the first load that gathers r's lanes
 // walks contiguously; none when no load gathers them or that one walks no output axis so.
 std::optional<int> transpose_partner(const UOpPtr& sink, const std::vector<Axis>& axes, const std::vector<int>& outputs, int r) {
-  for (const UOpPtr& u : toposort(sink)) {
+  for (const UOpPtr& u : toposort(sink)) {  // analysis: a question about the loads, rewrites nothing
     if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
     const UOpPtr& index = u->src[0]->src[1];
     std::optional<int64_t> along = index_stride(index, axes[static_cast<size_t>(r)].range);
@@ -188,7 +188,7 @@ void Plan::tile_opts() {
     // scalar copies, whose 128 accumulators took 1 s to compile; with a vector along the tokens, which
     // only the mean and the inverse deviation are contiguous in, 256 gathered loads per step: 1.1 s).
     bool sums_only = true;
-    for (const UOpPtr& u : toposort(sink))
+    for (const UOpPtr& u : toposort(sink))  // analysis: which reductions there are, rewrites nothing
       sums_only &= u->op != Op::REDUCE || u->arg_as<Op>() == Op::ADD;
     bool reduce_contiguous = reduces && sums_only && !is_gpu(spec) && axes[last_reduce].kind == AxisKind::Reduce &&
                              loads_contiguously(sink, axes[last_reduce].range);
@@ -256,7 +256,7 @@ void Plan::tile_opts() {
           const UOpPtr& rj = axes[outputs[j]].range;
           if (!reused_along(sink, rj) || !multiplies_across(sink, rj)) continue;
           bool feeds = true;
-          for (const UOpPtr& u : toposort(sink))
+          for (const UOpPtr& u : toposort(sink))  // analysis: a question about the loads, rewrites nothing
             if (strict && u->op == Op::LOAD && u->src[0]->op == Op::INDEX && index_stride(u->src[0]->src[1], r) != 0 &&
                 index_stride(u->src[0]->src[1], rj) != 0)
               feeds = false;
@@ -295,13 +295,12 @@ void Plan::tile_opts() {
       remaining[last] /= tile;
     }
     if (row_opt && !rows_first) opts.push_back(*row_opt);
-    // A second vector per row when the accumulators still fit in half the vector registers (AVX-512
-    // has 32, AVX2 16): twice the FMAs per broadcast load. Measured on matmul 1024^3 and a 64->64
+    // A second vector per row when the accumulators still fit in half the vector registers
+    // (DeviceSpec::vector_registers: AVX-512 has 32, AVX2 16): twice the FMAs per broadcast load. Measured on matmul 1024^3 and a 64->64
     // channel conv (AVX-512, 2 cores): ~1.7x over one vector. Also when the two vectors take the whole
     // axis (32 channels): conv dx N128 32->64 26x26 20% -> 34% of the FMA peak, its dW 44% -> 52%
     // (`kiln bench sweep --quick`, AVX-512, two runs each).
-    int64_t registers = spec.vector_bytes >= 64 ? 32 : 16;
-    if (vector && tile_rows > 0 && remaining[last] % 2 == 0 && tile_rows * 2 <= registers / 2) {
+    if (vector && tile_rows > 0 && remaining[last] % 2 == 0 && tile_rows * 2 <= spec.vector_registers / 2) {
       opts.push_back({OptOp::UPCAST, last, 2});
       remaining[last] /= 2;
     }
@@ -338,7 +337,7 @@ void Plan::tile_opts() {
     // accumulator's additions, which vectorizes the loop better (sum of 16M floats: 2.2 vs 3.7 ms).
     // Not with transcendentals, whose calls dominate.
     bool chained = false;  // a reduction the compiler cannot reassociate
-    for (const UOpPtr& u : toposort(sink))
+    for (const UOpPtr& u : toposort(sink))  // analysis: which reductions there are, rewrites nothing
       chained |= u->op == Op::REDUCE && u->arg_as<Op>() != Op::ADD;
     if (chained && !is_gpu(spec) && opts.empty() && !has_transcendental(sink, spec) && axes[last_reduce].kind == AxisKind::Reduce &&
         loads_contiguously(sink, axes[last_reduce].range)) {

@@ -483,6 +483,7 @@ TEST_CASE("opts that do not apply are rejected with a reason", "[opts]") {
   REQUIRE(big.items.size() == 1);
   DeviceSpec wide = cpu;  // 16-float vectors (AVX-512), whatever this machine has: only lowered here
   wide.vector_bytes = 64;
+  wide.vector_registers = 32;
   Lowering huge = lower_with_opts(big.items[0].ast, wide, std::vector<Opt>{{OptOp::UPCAST, 0, 16}, {OptOp::UPCAST, 0, 4}, {OptOp::UNROLL, 2, 16}});
   CHECK(!huge.kernel);
   CHECK_THAT(huge.rejected, Catch::Contains("1024 copies of the work (64 outputs in vectors of 1, 16 reduce steps unrolled); at most 512"));

@@ -27,6 +27,7 @@ DeviceSpec c_spec() {
   spec.lang = Language::C;
   spec.threads = 8;
   spec.vector_bytes = 64;  // vector types, as the host kit's C renderer writes them (AVX-512 wide)
+  spec.vector_registers = 32;
   return spec;
 }
 
