@@ -222,7 +222,7 @@ class Renderer {
   std::string run(const std::string& name, const std::vector<UOpPtr>& linear, size_t num_buffers,
                   const std::vector<UOpPtr>& vars) {
     std::ostringstream body;
-    std::vector<DType> buffer_types(num_buffers, dtypes::void_);
+    buffer_types_.assign(num_buffers, dtypes::void_);
     for (size_t i = 0; i < vars.size(); ++i) names_[vars[i].get()] = "var" + std::to_string(i);
     bool threaded = false;  // a CPU-style launch loop around the body
     for (const UOpPtr& u : linear) {
@@ -234,7 +234,7 @@ class Renderer {
     single_accumulator_ = updates_.size() == 1;
     int depth = threaded ? 2 : 1;  // indentation: inside the function, and inside the gid loop
     for (const UOpPtr& u : linear) {
-      std::string line = statement(u, buffer_types);
+      std::string line = statement(u);
       if (u->op == Op::END || u->op == Op::ENDIF) --depth;
       if (!line.empty()) body << std::string(static_cast<size_t>(depth) * 2, ' ') << line << "\n";
       if (u->op == Op::RANGE || u->op == Op::IF) ++depth;
@@ -250,11 +250,11 @@ class Renderer {
     std::string params;
     auto param = [&](const std::string& text) { params += (params.empty() || text.empty() ? "" : ", ") + text; };
     for (size_t i = 0; i < num_buffers; ++i)
-      param(fill(lang_.buffer_param, {{"{type}", buffer_type(buffer_types[i])}, {"{slot}", std::to_string(i)}}));
+      param(fill(lang_.buffer_param, {{"{type}", buffer_type(buffer_types_[i])}, {"{slot}", std::to_string(i)}}));
     for (size_t i = 0; i < vars.size(); ++i) param(fill(lang_.var_param, {{"{slot}", std::to_string(i)}}));
     out << fill(lang_.kernel_open, {{"{name}", name}, {"{params}", params}});
     for (size_t i = 0; i < num_buffers; ++i)
-      out << fill(lang_.buffer_decl, {{"{type}", buffer_type(buffer_types[i])}, {"{slot}", std::to_string(i)}});
+      out << fill(lang_.buffer_decl, {{"{type}", buffer_type(buffer_types_[i])}, {"{slot}", std::to_string(i)}});
     for (size_t i = 0; i < vars.size(); ++i) out << fill(lang_.var_decl, {{"{slot}", std::to_string(i)}});
     for (const std::string& decl : local_decls_) out << "  " << decl << "\n";
     if (threaded) out << "  " << lang_.gid_loop_open << "\n";
@@ -382,107 +382,120 @@ class Renderer {
     throw_internal("expr() is called for ALU ops and casts", std::string(op_name(u->op)), __FILE__, __LINE__);
   }
 
-  std::string statement(const UOpPtr& u, std::vector<DType>& buffer_types) {
-    switch (u->op) {
-      case Op::CONST: name(u); return "";
-      case Op::DEFINE_GLOBAL: {
+  // The statement rules: for each op of a lowered kernel, the line it renders, or "" when it only names
+  // a value that its users spell inline (an INDEX, a GEP, a constant). ALU ops and CAST share one rule
+  // that spells them from the language's alu table (expr). The languages differ only in CStyleLanguage's
+  // entries; an op with no rule never reaches a renderer (schedule-level and tensor-level ops).
+  using Rule = std::string (*)(Renderer&, const UOpPtr&);
+  static const std::array<Rule, kNumOps>& statement_rules() {
+    static const std::array<Rule, kNumOps> rules = [] {
+      std::array<Rule, kNumOps> t{};
+      auto on = [&t](std::initializer_list<Op> ops, Rule rule) {
+        for (Op op : ops) t[static_cast<size_t>(op)] = rule;
+      };
+      on({Op::CONST}, [](Renderer& r, const UOpPtr& u) {  // a literal, spelled where it is used
+        r.name(u);
+        return std::string();
+      });
+      on({Op::DEFINE_VAR}, [](Renderer&, const UOpPtr&) { return std::string(); });
+      on({Op::DEFINE_GLOBAL}, [](Renderer& r, const UOpPtr& u) {
         int64_t slot = u->arg_as<int64_t>();
-        buffer_types.at(static_cast<size_t>(slot)) = u->dtype.deref();
-        names_[u.get()] = "data" + std::to_string(slot);
-        return "";
-      }
-      case Op::DEFINE_VAR: return "";
-      case Op::SPECIAL: return special(u);
-      case Op::RANGE: {
-        std::string r = names_[u.get()] = "ridx" + std::to_string(u->axis_id());
-        return "for (" + type(u->dtype) + " " + r + " = 0; " + r + " < " + name(u->end()) + "; " + r + "++) {";
-      }
-      case Op::END: return "}";
-      case Op::INDEX: {  // an element, or the address a vector is copied from or to
+        r.buffer_types_.at(static_cast<size_t>(slot)) = u->dtype.deref();
+        r.names_[u.get()] = "data" + std::to_string(slot);
+        return std::string();
+      });
+      on({Op::SPECIAL}, [](Renderer& r, const UOpPtr& u) { return r.special(u); });
+      on({Op::RANGE}, [](Renderer& r, const UOpPtr& u) {
+        std::string i = r.names_[u.get()] = "ridx" + std::to_string(u->axis_id());
+        return "for (" + r.type(u->dtype) + " " + i + " = 0; " + i + " < " + r.name(u->end()) + "; " + i + "++) {";
+      });
+      on({Op::END, Op::ENDIF}, [](Renderer&, const UOpPtr&) { return std::string("}"); });
+      on({Op::IF}, [](Renderer& r, const UOpPtr& u) { return "if (" + r.name(u->src[0]) + ") {"; });
+      on({Op::INDEX}, [](Renderer& r, const UOpPtr& u) {  // an element, or the address a vector is copied from or to
         bool vector = u->dtype.count > 1;
-        names_[u.get()] = vector ? "(" + name(u->src[0]) + "+" + name(u->src[1]) + ")" : name(u->src[0]) + "[" + name(u->src[1]) + "]";
-        return "";
-      }
-      case Op::LOAD: {
+        r.names_[u.get()] = vector ? "(" + r.name(u->src[0]) + "+" + r.name(u->src[1]) + ")" : r.name(u->src[0]) + "[" + r.name(u->src[1]) + "]";
+        return std::string();
+      });
+      on({Op::LOAD}, [](Renderer& r, const UOpPtr& u) {
         if (u->src[0]->op == Op::DEFINE_REG) {  // the accumulator, read after its loop
-          names_[u.get()] = name(u->src[0]);
-          return "";
+          r.names_[u.get()] = r.name(u->src[0]);
+          return std::string();
         }
-        std::string v = fresh("val", u);
+        std::string v = r.fresh("val", u);
         bool gated = u->src.size() == 3;
         if (u->dtype.count > 1) {
-          std::string read = copy("&" + v, name(u->src[0]), u->dtype);
-          return type(u->dtype) + " " + v + (gated ? " = " + name(u->src[1]) + "; if (" + name(u->src[2]) + ") " : "; ") + read;
+          std::string read = r.copy("&" + v, r.name(u->src[0]), u->dtype);
+          return r.type(u->dtype) + " " + v + (gated ? " = " + r.name(u->src[1]) + "; if (" + r.name(u->src[2]) + ") " : "; ") + read;
         }
-        std::string read = name(u->src[0]);
-        if (gated) read = "(" + name(u->src[2]) + "?" + read + ":" + name(u->src[1]) + ")";
-        return type(u->dtype) + " " + v + " = " + read + ";";
-      }
-      case Op::STORE: {
-        std::string write = u->src[1]->dtype.count > 1 ? copy(name(u->src[0]), "&" + name(u->src[1]), u->src[1]->dtype)
-                                                       : name(u->src[0]) + " = " + name(u->src[1]) + ";";
-        return u->src.size() == 3 ? "if (" + name(u->src[2]) + ") " + write : write;
-      }
-      case Op::DEFINE_REG: {
-        std::string acc = names_[u.get()] = "acc" + std::to_string(u->arg_as<int64_t>());
-        return type(u->dtype) + " " + acc + " = " + name(u->src[0]) + ";";
-      }
-      case Op::VECTORIZE: {
-        std::string v = fresh("vec", u), lanes;
-        for (size_t i = 0; i < u->src.size(); ++i) lanes += (i ? "," : "") + name(u->src[i]);
-        return type(u->dtype) + " " + v + " = (" + type(u->dtype) + "){" + lanes + "};";
-      }
-      case Op::GEP: {  // a lane of a bool vector (a mask) is made 0 or 1
-        std::string lane = name(u->src[0]) + "[" + std::to_string(u->arg_as<int64_t>()) + "]";
-        names_[u.get()] = is_bool(u->dtype) ? "(" + lane + "!=0)" : lane;
-        return "";
-      }
-      case Op::ASSIGN: {
+        std::string read = r.name(u->src[0]);
+        if (gated) read = "(" + r.name(u->src[2]) + "?" + read + ":" + r.name(u->src[1]) + ")";
+        return r.type(u->dtype) + " " + v + " = " + read + ";";
+      });
+      on({Op::STORE}, [](Renderer& r, const UOpPtr& u) {
+        std::string write = u->src[1]->dtype.count > 1 ? r.copy(r.name(u->src[0]), "&" + r.name(u->src[1]), u->src[1]->dtype)
+                                                       : r.name(u->src[0]) + " = " + r.name(u->src[1]) + ";";
+        return u->src.size() == 3 ? "if (" + r.name(u->src[2]) + ") " + write : write;
+      });
+      on({Op::DEFINE_REG}, [](Renderer& r, const UOpPtr& u) {
+        std::string acc = r.names_[u.get()] = "acc" + std::to_string(u->arg_as<int64_t>());
+        return r.type(u->dtype) + " " + acc + " = " + r.name(u->src[0]) + ";";
+      });
+      on({Op::VECTORIZE}, [](Renderer& r, const UOpPtr& u) {
+        std::string v = r.fresh("vec", u), lanes;
+        for (size_t i = 0; i < u->src.size(); ++i) lanes += (i ? "," : "") + r.name(u->src[i]);
+        return r.type(u->dtype) + " " + v + " = (" + r.type(u->dtype) + "){" + lanes + "};";
+      });
+      on({Op::GEP}, [](Renderer& r, const UOpPtr& u) {  // a lane of a bool vector (a mask) is made 0 or 1
+        std::string lane = r.name(u->src[0]) + "[" + std::to_string(u->arg_as<int64_t>()) + "]";
+        r.names_[u.get()] = is_bool(u->dtype) ? "(" + lane + "!=0)" : lane;
+        return std::string();
+      });
+      on({Op::ASSIGN}, [](Renderer& r, const UOpPtr& u) {
         const UOpPtr& update = u->src[1];
-        bool reassociate = single_accumulator_ && !lang_.reassociate.empty() && is_float(u->dtype) &&
+        bool reassociate = r.single_accumulator_ && !r.lang_.reassociate.empty() && is_float(u->dtype) &&
                            (update->op == Op::ADD || update->op == Op::MUL);
-        std::string assign = name(u->src[0]) + " = " + name(update) + ";";
-        return reassociate ? "{ " + lang_.reassociate + assign + " }" : assign;
-      }
-      case Op::BITCAST: {
-        std::string v = fresh("cast", u);
-        return fill(lang_.bitcast, {{"{in_type}", type(u->src[0]->dtype)}, {"{type}", type(u->dtype)}, {"{x}", name(u->src[0])},
-                                    {"{v}", v}});
-      }
-      case Op::DEFINE_LOCAL: {
-        KILN_ASSERT(!lang_.local_decl.empty(), lang_.name, " has no workgroup-shared memory: ", str(u));
-        std::string temp = names_[u.get()] = "temp" + (std::holds_alternative<int64_t>(u->arg) ? std::to_string(u->arg_as<int64_t>())
-                                                                                                  : std::to_string(counter_++));
+        std::string assign = r.name(u->src[0]) + " = " + r.name(update) + ";";
+        return reassociate ? "{ " + r.lang_.reassociate + assign + " }" : assign;
+      });
+      on({Op::BITCAST}, [](Renderer& r, const UOpPtr& u) {
+        std::string v = r.fresh("cast", u);
+        return fill(r.lang_.bitcast, {{"{in_type}", r.type(u->src[0]->dtype)}, {"{type}", r.type(u->dtype)}, {"{x}", r.name(u->src[0])},
+                                      {"{v}", v}});
+      });
+      on({Op::DEFINE_LOCAL}, [](Renderer& r, const UOpPtr& u) {
+        KILN_ASSERT(!r.lang_.local_decl.empty(), r.lang_.name, " has no workgroup-shared memory: ", str(u));
+        std::string temp = r.names_[u.get()] = "temp" + (std::holds_alternative<int64_t>(u->arg) ? std::to_string(u->arg_as<int64_t>())
+                                                                                                    : std::to_string(r.counter_++));
         int64_t count = u->src.empty() ? 0 : u->src[0]->vmax();
         KILN_ASSERT(count > 0, "DEFINE_LOCAL's src[0] holds its number of elements: ", str(u));
-        local_decls_.push_back(fill(lang_.local_decl, {{"{type}", type(u->dtype.deref())}, {"{name}", temp},
-                                                       {"{count}", std::to_string(count)}}));
-        return "";
-      }
-      case Op::BARRIER:
-        KILN_ASSERT(!lang_.barrier.empty(), lang_.name, " has no workgroup barrier: ", str(u));
-        return lang_.barrier;
-      case Op::IF: return "if (" + name(u->src[0]) + ") {";
-      case Op::ENDIF: return "}";
-      case Op::SINK: case Op::NOOP: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY:
-      case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND:
-      case Op::PAD: case Op::SHRINK: case Op::FLIP: case Op::REDUCE:
-        throw_internal("the C renderer handles every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
-      case Op::CAST: case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN:
-      case Op::TRUNC: case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD:
-      case Op::MAX: case Op::MIN: case Op::POW: case Op::CMPLT: case Op::CMPNE: case Op::CMPEQ: case Op::AND:
-      case Op::OR: case Op::XOR: case Op::SHL: case Op::SHR: case Op::WHERE: case Op::MULACC:
-        break;
-    }
-    if (updates_.count(u.get())) {  // an accumulator update: its expression goes into the ASSIGN
-      names_[u.get()] = expr(u);
-      return "";
-    }
-    if (is_alu(u->op) || u->op == Op::CAST) {
-      std::string v = fresh("alu", u);
-      return type(u->dtype) + " " + v + " = " + expr(u) + ";";
-    }
-    throw_internal("the C renderer handles every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
+        r.local_decls_.push_back(fill(r.lang_.local_decl, {{"{type}", r.type(u->dtype.deref())}, {"{name}", temp},
+                                                           {"{count}", std::to_string(count)}}));
+        return std::string();
+      });
+      on({Op::BARRIER}, [](Renderer& r, const UOpPtr& u) {
+        KILN_ASSERT(!r.lang_.barrier.empty(), r.lang_.name, " has no workgroup barrier: ", str(u));
+        return r.lang_.barrier;
+      });
+      auto alu = [](Renderer& r, const UOpPtr& u) {
+        if (r.updates_.count(u.get())) {  // an accumulator update: its expression goes into the ASSIGN
+          r.names_[u.get()] = r.expr(u);
+          return std::string();
+        }
+        std::string v = r.fresh("alu", u);
+        return r.type(u->dtype) + " " + v + " = " + r.expr(u) + ";";
+      };
+      on({Op::CAST}, alu);
+      for (size_t op = 0; op < t.size(); ++op)
+        if (is_alu(static_cast<Op>(op))) t[op] = alu;
+      return t;
+    }();
+    return rules;
+  }
+
+  std::string statement(const UOpPtr& u) {
+    Rule rule = statement_rules()[static_cast<size_t>(u->op)];
+    if (!rule) throw_internal("the C renderer has a rule for every op a lowered kernel holds", cat(op_name(u->op), ": ", str(u)), __FILE__, __LINE__);
+    return rule(*this, u);
   }
 
   const CStyleLanguage& lang_;
@@ -490,6 +503,7 @@ class Renderer {
   std::unordered_set<const UOp*> updates_;
   std::map<std::string, DType> vector_types_;  // by the name they are declared under
   std::vector<std::string> local_decls_;       // workgroup-shared arrays, declared at the top
+  std::vector<DType> buffer_types_;            // each slot's element type, from its DEFINE_GLOBAL
   bool single_accumulator_ = false;
   int counter_ = 0;
 };
