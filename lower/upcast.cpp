@@ -27,26 +27,19 @@ bool vectorizable(const UOp& u) {
   DType t = u.dtype;
   if (t.is_ptr || t.count != 1 || t.scalar == ScalarType::Void || t.scalar == ScalarType::Float16 || t.scalar == ScalarType::BFloat16)
     return false;
+  auto one_of = [&u](std::initializer_list<Op> ops) { return std::find(ops.begin(), ops.end(), u.op) != ops.end(); };
   if (is_bool(t)) {
-    switch (u.op) {
-      case Op::CMPLT: case Op::CMPNE: case Op::CMPEQ:
-        return !is_bool(u.src[0]->dtype) && u.src[0]->dtype.itemsize() == 4;
-      case Op::AND: case Op::OR: return true;
-      default: return false;
-    }
+    if (one_of({Op::CMPLT, Op::CMPNE, Op::CMPEQ})) return !is_bool(u.src[0]->dtype) && u.src[0]->dtype.itemsize() == 4;
+    return one_of({Op::AND, Op::OR});
   }
-  switch (u.op) {
-    case Op::ADD: case Op::SUB: case Op::MUL: case Op::NEG: case Op::MULACC: case Op::MAX: case Op::MIN:
-    case Op::REDUCE:
-      return true;
-    case Op::FDIV: case Op::RECIP: return is_float(t);
-    case Op::AND: case Op::OR: case Op::XOR: case Op::SHL: case Op::SHR: return is_int(t);
-    // Between 32-bit lanes (a memcpy of the vector in C, a bitcast in LLVM): the exponent tricks of
-    // lower/transcendental.cpp.
-    case Op::BITCAST: return t.itemsize() == 4 && !is_bool(u.src[0]->dtype) && u.src[0]->dtype.itemsize() == 4;
-    case Op::WHERE: return t.itemsize() == 4;
-    default: return false;
-  }
+  if (one_of({Op::ADD, Op::SUB, Op::MUL, Op::NEG, Op::MULACC, Op::MAX, Op::MIN, Op::REDUCE})) return true;
+  if (one_of({Op::FDIV, Op::RECIP})) return is_float(t);
+  if (one_of({Op::AND, Op::OR, Op::XOR, Op::SHL, Op::SHR})) return is_int(t);
+  // Between 32-bit lanes (a memcpy of the vector in C, a bitcast in LLVM): the exponent tricks of
+  // lower/transcendental.cpp.
+  if (u.op == Op::BITCAST) return t.itemsize() == 4 && !is_bool(u.src[0]->dtype) && u.src[0]->dtype.itemsize() == 4;
+  if (u.op == Op::WHERE) return t.itemsize() == 4;
+  return false;  // every other op (casts, math calls, memory and control) stays per lane
 }
 
 // INDEX of a vector of `vec` at the element `index` points to.
