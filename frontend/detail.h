@@ -43,6 +43,10 @@ void after_realize(Tensor& t, const UOpPtr& before);
 // the host in the same way: a replay refills it, so its value is never frozen into the capture.
 void host_work(std::function<void()> work);
 Tensor host_tensor(Shape shape, DType dtype, const std::string& device, std::function<void(void* dst)> fill);
+// Integer indices must lie in [0, n): the device finds their smallest and largest value, and the host
+// reads those two numbers as host work (so a captured step checks every replay's indices), throwing
+// "<op>: index v is out of range for axis <axis> of size n (shape <shape>)" for the first bad one.
+void check_index_range(const Tensor& index, int64_t n, int64_t axis, const Shape& shape, const char* op);
 
 // Custom gradients for composite ops whose gradient, derived op by op, would be costly (conv2d's input
 // gradient through the window view is a scatter; as a convolution of the output gradient it is a

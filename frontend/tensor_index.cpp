@@ -15,23 +15,36 @@ std::vector<int64_t> host_indices(const Tensor& index, const char* op) {
   return index.cast(dtypes::int64).to_vector<int64_t>();
 }
 
-void check_range(const std::vector<int64_t>& values, int64_t n, int64_t axis, const Shape& shape, const char* op) {
-  for (int64_t v : values)
-    if (v < 0 || v >= n)
-      throw Error(kiln::cat(op, ": index ", v, " is out of range for axis ", axis, " of size ", n, " (shape ", shape_str(shape), ")"));
-}
 }  // namespace
+
+void detail::check_index_range(const Tensor& index, int64_t n, int64_t axis, const Shape& shape, const char* op) {
+  if (!is_int(index.dtype())) throw Error(kiln::cat(op, ": index must be an integer tensor, got ", index.dtype().name()));
+  if (index.numel() == 0) return;
+  Tensor wide = index.cast(dtypes::int64);
+  Tensor range = Tensor::stack({wide.min(), wide.max()}).realize();
+  auto found = storage_ptr(detail::realized_buffer(range.uop()));
+  std::string name = op;
+  detail::host_work([found, n, axis, shape, name] {
+    int64_t v[2] = {0, 0};
+    found->device->copy_out(v, found->memory().raw, sizeof v);
+    for (int64_t e : v)
+      if (e < 0 || e >= n)
+        throw Error(kiln::cat(name, ": index ", e, " is out of range for axis ", axis, " of size ", n, " (shape ", shape_str(shape), ")"));
+  });
+}
 
 Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
   if (index.ndim() > 1) throw Error(kiln::cat("index_select: index must be 0-D or 1-D, got shape ", shape_str(index.shape())));
   if (ndim() == 0) throw Error("index_select: a 0-dimensional tensor has no axis to select from");
   int64_t a = normalize_axis(axis, ndim(), "index_select"), m = index.numel();
-  check_range(host_indices(index, "index_select"), shape()[static_cast<size_t>(a)], a, shape(), "index_select");
-  // gather with the index laid along `axis` and broadcast over the others.
+  detail::check_index_range(index, shape()[static_cast<size_t>(a)], a, shape(), "index_select");
+  if (index.device_uop() != device_uop())
+    throw Error(kiln::cat("index_select: index is on ", index.device(), " and the input on ", device(), "; move one with to()"));
+  // A gather with the index laid along `axis` and broadcast over the others (checked once, above).
   Shape along(static_cast<size_t>(ndim()), 1), full = shape();
   along[static_cast<size_t>(a)] = m;
   full[static_cast<size_t>(a)] = m;
-  return gather(a, index.reshape(along).expand(full));
+  return gather_in_range(a, index.reshape(along).expand(full));
 }
 
 Tensor detail::index_mask(const Tensor& index, int64_t n) {
@@ -55,8 +68,7 @@ std::pair<Tensor, Tensor> scattered(const Tensor& self, int64_t a, const Tensor&
                             " on every axis, and than self ", shape_str(self.shape()), " on every axis but ", a));
   }
   int64_t n = self.shape()[static_cast<size_t>(a)];
-  std::vector<int64_t> values = host_indices(index, op);
-  check_range(values, n, a, self.shape(), op);
+  detail::check_index_range(index, n, a, self.shape(), op);
   // src cut to index's shape; index padded to self's shape outside `axis` with -1 (lands nowhere).
   Pairs cut, grow;
   for (int64_t i = 0; i < self.ndim(); ++i) {
@@ -75,10 +87,17 @@ std::pair<Tensor, Tensor> scattered(const Tensor& self, int64_t a, const Tensor&
   Tensor sum = mask.where(sx, sx.zeros_like()).sum({-2}).cast(self.dtype()).transpose(a, -1);
   Tensor count = mask.cast(dtypes::int32).sum({-2}).transpose(a, -1);
   if (unique) {
-    Tensor most = count.max();
-    if (count.numel() > 0 && most.item<int64_t>() > 1)
-      throw Error(kiln::cat(op, ": index ", shape_str(index.shape()),
-                            " sends two values to one position; torch leaves which one wins unspecified: use scatter_add, or unique indices"));
+    if (count.numel() > 0) {  // read as host work, like the range: a captured step checks every replay
+      Tensor most = count.max().cast(dtypes::int64).realize();
+      auto found = storage_ptr(detail::realized_buffer(most.uop()));
+      std::string what = kiln::cat(op, ": index ", shape_str(index.shape()),
+                                   " sends two values to one position; torch leaves which one wins unspecified: use scatter_add, or unique indices");
+      detail::host_work([found, what] {
+        int64_t v = 0;
+        found->device->copy_out(&v, found->memory().raw, sizeof v);
+        if (v > 1) throw Error(what);
+      });
+    }
   }
   return {sum, count};
 }

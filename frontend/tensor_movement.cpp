@@ -186,23 +186,20 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
       throw Error(kiln::cat("gather: index ", shape_str(index.shape()), " is larger than input ", shape_str(shape()), " on axis ", i));
   // out[..., j, ...] = x[..., index[..., j, ...], ...].
   int64_t n = shape()[static_cast<size_t>(a)];
-  // An index outside the axis would silently read 0 (the kernel's gate): check them (this waits for the index). Its
-  // smallest and largest value are enough, and a reduction reads an expanded index (an Embedding's,
-  // expanded over the embedding width) through its view: copying it out whole stored and moved
-  // n*dim int64 values per lookup (a GPT's step: 3 MB and ~5 ms).
-  if (index.numel() > 0) {
-    Tensor wide = index.cast(dtypes::int64);
-    std::vector<int64_t> range = Tensor::stack({wide.min(), wide.max()}).to_vector<int64_t>();
-    for (int64_t v : range)
-      if (v < 0 || v >= n)
-        throw Error(kiln::cat("gather: index ", v, " is out of range for axis ", a, " of size ", n, " (shape ", shape_str(shape()), ")"));
-  }
+  // An index outside the axis would silently read 0 (the kernel's gate): check them (this waits for the
+  // index's smallest and largest value, not for the whole index: an Embedding's is expanded over the
+  // embedding width, and copying it out stored and moved n*dim int64 values per lookup, a GPT's step 3 MB).
+  detail::check_index_range(index, n, a, shape(), "gather");
   if (index.device_uop() != device_uop())
     throw Error(kiln::cat("gather: index is on ", index.device(), " and the input on ", device(), "; move one with to()"));
+  return gather_in_range(a, index);
+}
+
+Tensor Tensor::gather_in_range(int64_t a, const Tensor& index) const {
   // x cut to the index's sizes on the other axes; the kernel reads x at the index's values (GATHER),
   // n*m reads where a one-hot mask over the axis took n*m compares per output.
   Pairs bounds;
-  for (int64_t i = 0; i < ndim(); ++i) bounds.push_back({0, i == a ? n : index.shape()[static_cast<size_t>(i)]});
+  for (int64_t i = 0; i < ndim(); ++i) bounds.push_back({0, i == a ? shape()[static_cast<size_t>(a)] : index.shape()[static_cast<size_t>(i)]});
   Tensor x = shrink(bounds), idx = index.cast(dtypes::int32);
   return derived(UOp::make(Op::GATHER, dtype(), detail::sources(x.uop(), idx.uop()), a), idx.shape());
 }

@@ -288,6 +288,43 @@ TEST_CASE("jit: misuse is an error that says what to do", "[jit]") {
   }
 }
 
+TEST_CASE("jit: indices are range-checked on every replay (Embedding, gather, index_select, scatter, cross_entropy)", "[jit]") {
+  // Each check reads the indices' smallest and largest value as host work, which a replay runs again:
+  // an index out of range raises on the replay that sees it, instead of reading 0 (the kernel's gate).
+  Tensor::manual_seed(3);
+  nn::Embedding emb(10, 4);
+  Tensor table = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2});
+  Tensor base = Tensor::zeros({2, 3});
+  Jit f([&](const std::vector<Tensor>& in) {
+    Tensor looked_up = emb(in[0]).sum();
+    Tensor picked = table.gather(0, in[1]).sum() + table.index_select(0, in[2]).sum();
+    Tensor scattered = base.scatter_add(1, in[3], Tensor::ones({2, 2})).sum();
+    return std::vector<Tensor>{looked_up + picked + scattered};
+  });
+  Tensor ok_emb = Tensor::from_vector<int64_t>({1, 9, 0}, {3}), ok_gather = Tensor::from_vector<int64_t>({0, 2, 1, 0}, {2, 2});
+  Tensor ok_select = Tensor::from_vector<int64_t>({2, 0}, {2}), ok_scatter = Tensor::from_vector<int64_t>({0, 2, 1, 1}, {2, 2});
+  float want = 0;
+  for (int i = 0; i < 5; ++i) {
+    float got = f({ok_emb, ok_gather, ok_select, ok_scatter})[0].item<float>();
+    if (i == 0) want = got;
+    CHECK(got == want);
+  }
+  CHECK(f.stats().replays >= 2);
+  CHECK_THROWS_WITH(f({Tensor::from_vector<int64_t>({1, 10, 0}, {3}), ok_gather, ok_select, ok_scatter}),
+                    Catch::Contains("index 10 is out of range for axis 0 of size 10"));
+  CHECK_THROWS_WITH(f({ok_emb, Tensor::from_vector<int64_t>({0, 3, 1, 0}, {2, 2}), ok_select, ok_scatter}),
+                    Catch::Contains("gather: index 3 is out of range for axis 0 of size 3"));
+  CHECK_THROWS_WITH(f({ok_emb, ok_gather, Tensor::from_vector<int64_t>({-1, 0}, {2}), ok_scatter}),
+                    Catch::Contains("index_select: index -1 is out of range"));
+  CHECK_THROWS_WITH(f({ok_emb, ok_gather, ok_select, Tensor::from_vector<int64_t>({0, 3, 1, 1}, {2, 2})}),
+                    Catch::Contains("scatter_add: index 3 is out of range for axis 1 of size 3"));
+  CHECK(f({ok_emb, ok_gather, ok_select, ok_scatter})[0].item<float>() == want);  // still replays after an error
+  Tensor logits = Tensor::zeros({2, 4});
+  Jit loss([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{nn::cross_entropy(logits, in[0])}; });
+  for (int i = 0; i < 4; ++i) loss({Tensor::from_vector<int64_t>({3, 0}, {2})});
+  CHECK_THROWS_WITH(loss({Tensor::from_vector<int64_t>({4, 0}, {2})}), Catch::Contains("target 4 is out of range for 4 classes"));
+}
+
 TEST_CASE("jit: a value that changes only after the capture is replayed stale unless KILN_JIT_CHECK compares every call", "[jit]") {
   Tensor x = Tensor::from_vector<float>({1, 2}, {2});
   float scale = 2;

@@ -91,7 +91,7 @@ TEST_CASE("A^T.B copies an operand only when its strided walk spans more than th
   // Both operands walk the reduction a row apart. Small (128 x 128: a 64 KiB span) the kernel reads them
   // in place; with a span over kRepackMinSpanBytes (1024 rows of 320 floats: 1.3 MiB) one is copied with
   // the reduction innermost first. Either way the values equal a double-precision loop.
-  auto check = [](int64_t m, int64_t n, int64_t k, int want_kernels) {
+  auto check = [](int64_t m, int64_t n, int64_t k, size_t want_kernels) {
     Tensor a = rand_like_shape({k, m}).realize(), b = rand_like_shape({k, n}).realize();
     Tensor c = a.transpose(0, 1).matmul(b);
     CHECK(kernels({c}) == want_kernels);
