@@ -252,7 +252,7 @@ void run_devices_check(const MachineLimits& machine) {
       if (o != d) others.push_back(o);
     failed_devices += !check_device(d, others, &machine, std::cout);
   }
-  if (failed_devices > 0) throw Error(cat("devices --check: ", failed_devices, " device(s) failed their checks (above)"));
+  if (failed_devices > 0) throw Error(cat("devices --check: ", failed_devices, " device(s) not certified (see each verdict above)"));
 }
 
 }  // namespace kiln
