@@ -26,11 +26,13 @@ Tensor detail::host_tensor(Shape shape, DType dtype, const std::string& device, 
   UOpPtr buffer = new_buffer(device_node(device), std::max<int64_t>(n, 1), dtype);
   std::shared_ptr<DeviceBuffer> storage = storage_ptr(buffer);
   size_t bytes = static_cast<size_t>(n) * dtype.itemsize();
-  host_work([storage, bytes, fill = std::move(fill)] {
-    std::vector<uint8_t> data(bytes);
-    fill(data.data());
+  // One staging area per host tensor, kept across replays: fresh memory is slow to touch here
+  // (NOTES.md), and a large one (an embedding table's gradient) would be fresh on every call.
+  auto data = std::make_shared<std::vector<uint8_t>>(bytes);
+  host_work([storage, bytes, data, fill = std::move(fill)] {
+    fill(data->data());
     storage->ensure_allocated();
-    if (bytes > 0) storage->device->copy_in(storage->raw, data.data(), bytes);
+    if (bytes > 0) storage->device->copy_in(storage->raw, data->data(), bytes);
   });
   return Tensor(movement(Op::RESHAPE, buffer, shape), shape);
 }

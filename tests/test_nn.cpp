@@ -8,6 +8,7 @@
 #include <random>
 
 #include "frontend/checkpoint.h"
+#include "frontend/jit.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
 #include "frontend/realize.h"
@@ -317,6 +318,43 @@ TEST_CASE("nn: Embedding and Dropout", "[nn]") {
   CHECK(zeros < 1150);
   drop.eval();
   CHECK(drop(ones).to_vector<float>() == std::vector<float>(4000, 1.0f));
+}
+
+TEST_CASE("nn: an Embedding's gradient over a large vocabulary is a scatter-add, eager and replayed", "[nn]") {
+  // 1024 tokens x 128 features x 20000 rows is 2.6e9 one-hot pairs: above kHostScatterMinPairs, so the
+  // gradient is summed on the host. Each row's gradient is the sum of the output gradient's rows whose
+  // token is that row, in double here; repeated tokens, and rows no token uses (zero), included.
+  const int64_t V = 20000, D = 128, T = 1024;
+  nn::Embedding emb(V, D);
+  std::vector<int32_t> tokens(T);
+  for (int64_t t = 0; t < T; ++t) tokens[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7919) % 300 + (t % 3) * 9000);
+  std::vector<float> gv = randoms(T * D, 21, -1, 1);
+  Tensor g = Tensor::from_vector(gv, {T, D});
+  auto check_grad = [&](const std::vector<int32_t>& tok, Tensor grad) {
+    std::vector<double> want(static_cast<size_t>(V * D), 0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) want[static_cast<size_t>(tok[static_cast<size_t>(t)] * D + d)] += gv[static_cast<size_t>(t * D + d)];
+    std::vector<float> got = grad.to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += std::abs(got[i] - want[i]) > 1e-5 * (1 + std::abs(want[i]));
+    CHECK(bad == 0);
+  };
+  (emb(Tensor::from_vector(tokens, {T})) * g).sum().backward();
+  REQUIRE(emb.weight.grad());
+  check_grad(tokens, *emb.weight.grad());
+  // Replayed by a Jit with other tokens each call: the host work reads the new tokens every time.
+  Jit step([&](const std::vector<Tensor>& in) {
+    emb.weight.set_grad(std::nullopt);
+    (emb(in[0]) * g).sum().backward();
+    return std::vector<Tensor>{*emb.weight.grad()};
+  });
+  for (int call = 0; call < 5; ++call) {
+    std::vector<int32_t> tok = tokens;
+    for (int32_t& v : tok) v = (v + call * 611) % static_cast<int32_t>(V);
+    check_grad(tok, step({Tensor::from_vector(tok, {T})})[0]);
+  }
+  CHECK(step.stats().replays >= 2);
 }
 
 TEST_CASE("nn: scaled dot-product attention and MultiheadAttention", "[nn]") {
