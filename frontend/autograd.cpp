@@ -75,64 +75,25 @@ UOpPtr reduce_grad(const Match& m) {
   throw InternalError(kiln::cat("gradient: REDUCE_AXIS with op ", r.op));
 }
 
-// Below this many (index element x axis position) pairs, GATHER's gradient is the fused one-hot sum
-// below; above it, a scatter-add on the host: an Embedding(20000, 128) over 8192 tokens made the one-hot
-// kernel compare 2.1e10 pairs (270 ms a step, 90% of a text CNN's; torch: 33 ms for all of it; 37 ms
-// with this). The host path realizes the output gradient in the middle of backward, which splits the
-// step's schedule: intermediates fused into that realize are computed again by the kernels after it (a
-// 2-block transformer with a 1000-word vocabulary, 2.6e8 pairs: 250 -> 359 kernels, 45 -> 66 ms), so
-// it is taken only where the one-hot sum costs more than that, from about 30 ms here (75e9 pairs/s).
-constexpr double kHostScatterMinPairs = double(int64_t(1) << 31);
-
-// GATHER's gradient as a scatter-add run on the host, as host work (a captured step runs it again on
-// every replay): the output gradient and the index are realized, read back, and each element added at
-// its index into a zeroed tensor of x's shape, in index order. O(elements) instead of the one-hot sum's
-// O(elements x axis size); nothing for dtypes other than float32 and float64, or when an input is not
-// a plain realized buffer. The result is a new leaf: a gradient of this gradient (second order through
-// a large gather) sees no graph here.
-std::optional<Tensor> scatter_add_on_host(const Tensor& g, const Tensor& index, int64_t a, const Shape& x_shape) {
-  DType d = g.dtype();
-  int64_t n = x_shape[static_cast<size_t>(a)];
-  if ((d != dtypes::float32 && d != dtypes::float64) || static_cast<double>(g.numel()) * static_cast<double>(n) < kHostScatterMinPairs)
-    return std::nullopt;
-  // g itself is realized, not a copy of it: the realized node is then what later graphs of this
-  // backward read (realize.cpp's map of realized nodes), where a copy left g to be computed again by
-  // every other gradient that needs it (a transformer's whole backward, once more).
-  Tensor gv = g;
-  gv.realize();
-  if (!detail::realized_buffer(gv.uop())) gv = g.contiguous().realize();
-  Tensor iv = index.cast(dtypes::int32).contiguous().realize();
-  UOpPtr gb = detail::realized_buffer(gv.uop()), ib = detail::realized_buffer(iv.uop());
-  if (!gb || !ib) return std::nullopt;
-  auto g_mem = storage_ptr(gb), i_mem = storage_ptr(ib);
-  Shape shape = g.shape();
-  int64_t inner = 1, m = shape[static_cast<size_t>(a)], total = g.numel();
-  for (size_t i = static_cast<size_t>(a) + 1; i < shape.size(); ++i) inner *= shape[i];
-  auto g_host = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(total) * d.itemsize());
-  auto i_host = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(total));
-  return detail::host_tensor(x_shape, d, g.device(), [=](void* dst) {
-    g_mem->device->copy_out(g_host->data(), g_mem->memory().raw, g_host->size());
-    i_mem->device->copy_out(i_host->data(), i_mem->memory().raw, i_host->size() * sizeof(int32_t));
-    auto add_all = [&](auto* out, const auto* values) {
-      std::fill(out, out + numel(x_shape), 0);
-      for (int64_t p = 0; p < total; ++p) {
-        int64_t outer = p / (m * inner), within = p % inner, at = (*i_host)[static_cast<size_t>(p)];
-        if (at < 0 || at >= n)  // gather checked the index; never write outside the tensor all the same
-          throw Error(kiln::cat("gather's gradient: index ", at, " is out of range for axis ", a, " of size ", n));
-        out[(outer * n + at) * inner + within] += values[p];
-      }
-    };
-    if (d == dtypes::float32) add_all(static_cast<float*>(dst), reinterpret_cast<const float*>(g_host->data()));
-    else add_all(static_cast<double*>(dst), reinterpret_cast<const double*>(g_host->data()));
-  });
-}
+// From this many (index element x axis position) pairs on, GATHER's gradient is a SCATTER_ADD (run on
+// the host: schedule.h) instead of the fused one-hot sum below, which compares every index with every
+// position: an Embedding(20000, 128) over 8192 tokens is 2.1e10 pairs, 270 ms a step in the one-hot
+// kernel (90% of a text CNN's step; torch took 33 ms for all of it). Below it the one-hot kernel takes
+// under ~0.2 ms, less than the scatter's copies of the values and indices.
+constexpr double kScatterMinPairs = double(1 << 24);
 
 // GATHER's gradient: each element of x gets the sum of the output gradients whose index points at it.
 // (x and the index have one size on every other axis: Tensor::gather cuts x to the index's, and checked
 // the index's values.)
 UOpPtr gather_grad(const Match& m) {
   int64_t a = m.root->arg_as<int64_t>();
-  if (std::optional<Tensor> host = scatter_add_on_host(grad_of(m), src(m, 1), a, src(m, 0).shape())) return grads({*host, std::nullopt});
+  int64_t n = src(m, 0).shape()[static_cast<size_t>(a)];
+  Tensor g0 = grad_of(m);
+  if ((g0.dtype() == dtypes::float32 || g0.dtype() == dtypes::float64) &&
+      static_cast<double>(g0.numel()) * static_cast<double>(n) >= kScatterMinPairs) {
+    UOpPtr index = m.root->src[1];  // int32 (Tensor::gather casts it)
+    return grads({ctx(m).t(UOp::make(Op::SCATTER_ADD, g0.dtype(), {g0.uop(), index}, std::vector<int64_t>{a, n})), std::nullopt});
+  }
   Tensor g = grad_of(m).transpose(a, -1);  // (..., m)
   Tensor hit = detail::index_mask(src(m, 1).transpose(a, -1), src(m, 0).shape()[static_cast<size_t>(a)]);  // (..., m, n)
   Tensor spread = g.unsqueeze(-1).expand(hit.shape());
@@ -183,6 +144,12 @@ const PatternMatcher& pm_gradient() {
       {P::op(Op::COPY), [](const Match& m) { return grads({grad_of(m).to(src(m, 0).device()), std::nullopt}); }},
       {P::op(Op::REDUCE_AXIS), reduce_grad},
       {P::op(Op::GATHER), gather_grad},
+      // SCATTER_ADD's adjoint is GATHER at the same indices.
+      {P::op(Op::SCATTER_ADD), [](const Match& m) {
+         int64_t a = m.root->arg_as<std::vector<int64_t>>().at(0);
+         Tensor g = grad_of(m);
+         return grads({ctx(m).t(UOp::make(Op::GATHER, g.dtype(), {g.uop(), m.root->src[1]}, a)), std::nullopt});
+       }},
       // movement: the inverse movement (EXPAND's is a sum over the expanded axes)
       {P::op(Op::RESHAPE), [](const Match& m) { return grads({grad_of(m).reshape(src(m, 0).shape())}); }},
       {P::op(Op::PERMUTE), [](const Match& m) {

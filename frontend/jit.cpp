@@ -89,11 +89,12 @@ struct Jit::Capture {
     DeviceBuffer* memory = nullptr;
   };
   struct Step {
-    Program* program = nullptr;  // null and no work: a copy
+    Program* program = nullptr;  // null and no work: host work over the slots (`host`: a copy, a scatter-add)
     LaunchDims dims;
     std::string name;            // the kernel's, for KILN_DEBUG=2's timed replay
     std::vector<Slot> slots;
     std::function<void()> work;
+    std::function<void(const std::vector<DeviceBuffer*>&)> host;
   };
   std::vector<Step> steps;
   Resolved roles;  // the capture's, for KILN_JIT_CHECK
@@ -157,7 +158,8 @@ void compare(const Recording& a, const Resolved& ra, const Recording& b, const R
                     fix_constant));
   for (size_t i = 0; i < a.events.size(); ++i) {
     const Recording::Event &ea = a.events[i], &eb = b.events[i];
-    if (bool(ea.work) != bool(eb.work) || ea.launch.ast != eb.launch.ast || ea.launch.program != eb.launch.program)
+    if (bool(ea.work) != bool(eb.work) || ea.launch.ast != eb.launch.ast || ea.launch.program != eb.launch.program ||
+        (!ea.launch.program && ea.launch.name != eb.launch.name))
       throw Error(cat("jit: launch ", i, " differs between ", a_name, " (", ea.work ? "host work" : ea.launch.name, ") and ", b_name, " (",
                       eb.work ? "host work" : eb.launch.name, "): ", fix_constant));
     for (size_t k = 0; k < ra.roles[i].size(); ++k) {
@@ -193,6 +195,7 @@ void finalize(Jit::Capture& c, Recording rec, Resolved r, const std::vector<Tens
     Jit::Capture::Step step;
     step.work = e.work;
     step.program = e.launch.program;
+    step.host = e.launch.host;
     step.dims = e.launch.dims;
     step.name = e.launch.name;
     for (size_t k = 0; k < e.launch.bufs.size(); ++k) {
@@ -257,7 +260,9 @@ std::vector<Tensor> replay(Jit::Capture& c, const std::vector<Tensor>& inputs) {
     if (step.work) {
       step.work();
     } else if (!step.program) {
-      copy_between(*memory(step.slots[0]), *memory(step.slots[1]));
+      std::vector<DeviceBuffer*> slots;
+      for (const Jit::Capture::Slot& slot : step.slots) slots.push_back(memory(slot));
+      step.host(slots);
     } else {
       raws.clear();
       for (const Jit::Capture::Slot& slot : step.slots) raws.push_back(memory(slot)->raw);

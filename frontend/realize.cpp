@@ -242,13 +242,45 @@ void copy_between(DeviceBuffer& dst, DeviceBuffer& src) {
 
 namespace {
 
+// SCATTER_ADD on the host (schedule.h): out zeroed, then each value added at its index, in order.
+// Through copy_out and copy_in, so it runs for every device; on the CPU those are memcpys.
+void scatter_add(DeviceBuffer& out, DeviceBuffer& values, DeviceBuffer& index, std::array<int64_t, 4> geometry, DType dtype) {
+  auto [outer, m, inner, n] = geometry;
+  int64_t total = outer * m * inner;
+  std::vector<int32_t> at(static_cast<size_t>(total));
+  index.device->copy_out(at.data(), index.memory().raw, at.size() * sizeof(int32_t));
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> v(static_cast<size_t>(total)), result(static_cast<size_t>(outer * n * inner), T(0));
+    values.device->copy_out(v.data(), values.memory().raw, v.size() * sizeof(T));
+    for (int64_t p = 0; p < total; ++p) {
+      int64_t o = p / (m * inner), i = p % inner, j = at[static_cast<size_t>(p)];
+      if (j < 0 || j >= n) throw Error(cat("scatter_add: index ", j, " is out of range for an axis of size ", n));
+      result[static_cast<size_t>((o * n + j) * inner + i)] += v[static_cast<size_t>(p)];
+    }
+    out.device->copy_in(out.memory().raw, result.data(), result.size() * sizeof(T));
+  };
+  if (dtype == dtypes::float64) run(double(0));
+  else if (dtype == dtypes::float32) run(float(0));
+  else throw InternalError(cat("SCATTER_ADD of ", dtype.name(), ": autograd makes it for float32 and float64 only"));
+}
+
 void run_item(const ScheduleItem& item) {
   for (size_t i = 1; i < item.bufs.size(); ++i) check_not_overwritten(item.bufs[i], "realize");
   for (const UOpPtr& b : item.bufs) storage_of(b).ensure_allocated();
-  if (item.kind == ScheduleItem::Kind::Copy) {
-    DeviceBuffer &dst = storage_of(item.bufs[0]), &src = storage_of(item.bufs[1]);
-    copy_between(dst, src);
-    if (t_recorder) t_recorder->launch({nullptr, {}, nullptr, "copy", storages(item.bufs)});
+  if (item.kind == ScheduleItem::Kind::Copy || item.kind == ScheduleItem::Kind::ScatterAdd) {
+    std::function<void(const std::vector<DeviceBuffer*>&)> host;
+    if (item.kind == ScheduleItem::Kind::Copy) {
+      host = [](const std::vector<DeviceBuffer*>& b) { copy_between(*b[0], *b[1]); };
+    } else {
+      DType dtype = item.bufs[0]->dtype;
+      host = [geometry = item.scatter, dtype](const std::vector<DeviceBuffer*>& b) { scatter_add(*b[0], *b[1], *b[2], geometry, dtype); };
+    }
+    std::vector<DeviceBuffer*> slots;
+    for (const UOpPtr& b : item.bufs) slots.push_back(&storage_of(b));
+    host(slots);
+    if (t_recorder)
+      t_recorder->launch({nullptr, {}, nullptr, item.kind == ScheduleItem::Kind::Copy ? "copy" : "scatter_add", storages(item.bufs), host});
     return;
   }
   Device& device = *storage_of(item.bufs[0]).device;

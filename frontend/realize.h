@@ -71,11 +71,12 @@ void set_kernel_observer(std::function<void(const UOpPtr& ast)> observer);
 // Capturing a step (frontend/jit.h). While a recorder is set on this thread, realize reports each
 // kernel launch and copy it runs, and the frontend reports the host data it puts on a device.
 struct CapturedLaunch {
-  Program* program = nullptr;  // null: a copy from bufs[1] to bufs[0]
+  Program* program = nullptr;  // null: host work over the slots' memory (`host`: a copy, a scatter-add)
   LaunchDims dims;
-  UOpPtr ast;                  // the kernel (null for a copy): captures are compared by it
+  UOpPtr ast;                  // the kernel (null for host work): captures are compared by it
   std::string name;
   std::vector<std::shared_ptr<DeviceBuffer>> bufs;  // each slot's storage, output first
+  std::function<void(const std::vector<DeviceBuffer*>& slots)> host;  // what a program-less item does
 };
 class Recorder {
  public:

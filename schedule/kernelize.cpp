@@ -275,8 +275,8 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
       for (const UOpPtr& s : u->src) src.push_back(index(s, idx, valid));
       return UOp::make(u->op, u->dtype, src);
     }
-    case Op::BUFFER: case Op::COPY: case Op::ASSIGN:
-      throw_internal("buffers, copies and assigns are stored, never fused", std::string(op_name(u->op)), __FILE__, __LINE__);
+    case Op::BUFFER: case Op::COPY: case Op::ASSIGN: case Op::SCATTER_ADD:
+      throw_internal("buffers, copies, assigns and scatter-adds are stored, never fused", std::string(op_name(u->op)), __FILE__, __LINE__);
     case Op::SINK: case Op::NOOP: case Op::DEFINE_VAR: case Op::DEVICE: case Op::DEFINE_GLOBAL:
     case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::INDEX: case Op::LOAD: case Op::STORE: case Op::RANGE:
     case Op::END: case Op::REDUCE: case Op::SPECIAL: case Op::BARRIER: case Op::IF: case Op::ENDIF:

@@ -179,7 +179,7 @@ class Scheduler {
   };
 
   // The one cost function: whether a node inside a kernel's region is stored instead of fused.
-  //  - CONTIGUOUS and COPY are stored by definition;
+  //  - CONTIGUOUS, COPY and SCATTER_ADD are stored by definition;
   //  - a REDUCE_AXIS is stored if it is broadcast back (read through an EXPAND: fusing would redo
   //    the whole reduction per element), read through a PAD (`padded`: a piece of a cat, a phase of a
   //    strided conv's input gradient, the gradient of a slice; fused, the consumer would run the
@@ -200,7 +200,7 @@ class Scheduler {
   //    full-size buffers. Consumers inside the region cost nothing: a kernel is a DAG and computes a
   //    shared node once.
   bool must_store(const UOpPtr& u, const Path& p) {
-    if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN) return true;
+    if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN || u->op == Op::SCATTER_ADD) return true;
     int users = users_[u.get()];
     if (u->op == Op::REDUCE_AXIS)
       return p.expanded || p.padded || (p.permuted && reads_through_pad(u)) || p.in_reduce || p.shared || users > 1;
@@ -255,10 +255,13 @@ class Scheduler {
   }
 
   void explore_region(const UOpPtr& root) {
-    if (root->op == Op::COPY) {  // a copy reads its source from a buffer, row-major (it moves bytes)
-      UOpPtr source = root->src[0];  // mark_stored may move roots_, which holds root
-      copied_.insert(source.get());
-      if (!is_leaf(source)) mark_stored(source);
+    if (root->op == Op::COPY || root->op == Op::SCATTER_ADD) {
+      // A copy (of bytes) and the host's scatter-add read their sources from buffers, row-major.
+      std::vector<UOpPtr> sources(root->src.begin(), root->src.begin() + (root->op == Op::COPY ? 1 : 2));  // mark_stored may move roots_
+      for (const UOpPtr& source : sources) {
+        copied_.insert(source.get());
+        if (!is_leaf(source)) mark_stored(source);
+      }
       return;
     }
     count_region_users(root);
@@ -363,6 +366,14 @@ class Scheduler {
     if (root->op == Op::COPY) {
       item.kind = ScheduleItem::Kind::Copy;
       item.bufs = {out, buffer_of(root->src[0])};
+    } else if (root->op == Op::SCATTER_ADD) {
+      item.kind = ScheduleItem::Kind::ScatterAdd;
+      item.bufs = {out, buffer_of(root->src[0]), buffer_of(root->src[1])};
+      const Shape& values = shapes_(root->src[0]);
+      auto axis = static_cast<size_t>(root->arg_as<std::vector<int64_t>>().at(0));
+      int64_t outer = 1, inner = 1;
+      for (size_t i = 0; i < values.size(); ++i) (i < axis ? outer : inner) *= i == axis ? 1 : values[i];
+      item.scatter = {outer, values[axis], inner, shape[axis]};
     } else {
       auto build = [&](const Layout& layout) {
         KernelBuilder kb(shapes_, [this, &root](const UOpPtr& u) { return u == root ? nullptr : stored_buffer(u); },
@@ -424,7 +435,7 @@ class Scheduler {
   std::unordered_map<const UOp*, UOpPtr> buffers_;
   std::vector<UOpPtr> scratch_;  // buffers only the scheduler's own copies write (repack)
   std::unordered_set<const UOp*> outputs_;              // the requested outputs: row-major, users read them
-  std::unordered_set<const UOp*> copied_;               // sources of a COPY: row-major, the copy moves bytes
+  std::unordered_set<const UOp*> copied_;               // sources of a COPY or SCATTER_ADD: row-major, read as bytes
   std::unordered_map<const UOp*, Layout> layouts_;      // by BUFFER: intermediates not stored row-major
 };
 

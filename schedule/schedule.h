@@ -7,6 +7,7 @@
 // Which nodes are stored (become a kernel's output) and which fuse into their consumers is decided by
 // one cost function, `must_store` in schedule.cpp; tests count the kernels of known graphs.
 #pragma once
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,10 +17,16 @@
 namespace kiln {
 
 struct ScheduleItem {
-  enum class Kind { Kernel, Copy };
+  // Kernel: compiled and launched. Copy: bytes from bufs[1] to bufs[0] (another device). ScatterAdd:
+  // SCATTER_ADD run on the host (there is no kernel form of a data-dependent store): bufs[0] zeroed,
+  // then bufs[1] (float32 or float64 values) added at the positions bufs[2] (int32 indices) holds.
+  enum class Kind { Kernel, Copy, ScatterAdd };
   Kind kind = Kind::Kernel;
   UOpPtr ast;                // Kernel: SINK of STOREs into DEFINE_GLOBAL slots
-  std::vector<UOpPtr> bufs;  // BUFFER node per slot: the output first. Copy: {dst, src}
+  std::vector<UOpPtr> bufs;  // BUFFER node per slot: the output first. Copy: {dst, src}. ScatterAdd: {out, values, index}
+  // ScatterAdd: the values' shape as (outer, m, inner) around the scattered axis, and the output's size n
+  // on it: value p = (o, j, i) goes to out[(o * n + index[p]) * inner + i].
+  std::array<int64_t, 4> scatter{};  // outer, m, inner, n
 };
 
 struct Schedule {

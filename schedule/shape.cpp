@@ -52,6 +52,12 @@ Shape infer_shape(Op op, const Arg& arg, std::span<const Shape> src) {
     }
     case Op::WHERE: return src[1];
     case Op::GATHER: return src[1];  // the index's shape
+    case Op::SCATTER_ADD: {  // the values' shape with n on the axis
+      const auto& axis_n = std::get<std::vector<int64_t>>(arg);
+      Shape out = src[0];
+      out.at(static_cast<size_t>(axis_n.at(0))) = axis_n.at(1);
+      return out;
+    }
     case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN: case Op::DETACH: case Op::CAST: case Op::BITCAST:
     case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:
     case Op::ADD: case Op::SUB: case Op::MUL: case Op::FDIV: case Op::IDIV: case Op::MOD: case Op::MAX:

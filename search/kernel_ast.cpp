@@ -108,7 +108,7 @@ std::optional<std::string> node_problem(const UOp& u, bool is_root) {
       if (is_bool(u.dtype) || !src_dtypes_are(u.dtype)) return cat(op_name(u.op), " works on numbers of its dtype");
       return std::nullopt;
     case Op::SINK: case Op::NOOP: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN:
-    case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD:
+    case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::SCATTER_ADD: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD:
     case Op::SHRINK: case Op::FLIP: case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::END: case Op::SPECIAL:
     case Op::BARRIER: case Op::IF: case Op::ENDIF: case Op::VECTORIZE: case Op::GEP:
       break;

@@ -124,6 +124,38 @@ TEST_CASE("autograd: binary ops with broadcasting and views", "[autograd]") {
   check_grad("same input twice", [](auto& x) { return x[0] * x[0].sin() + x[0]; }, {a});
 }
 
+TEST_CASE("autograd: a large gather's gradient is a scatter-add, and differentiates again as a gather", "[autograd]") {
+  // 256 x 16 indices into 4096 rows: 2^24 one-hot pairs, so GATHER's gradient is a SCATTER_ADD (summed
+  // on the host). dL/dx[v] = sum of w over the positions whose index is v; the gradient of
+  // sum(dL/dx * u) with respect to w is u read at the indices (SCATTER_ADD's adjoint). Both against
+  // loops in double.
+  const int64_t V = 4096, T = 256, D = 16;
+  std::vector<int64_t> idx(static_cast<size_t>(T * D));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) idx[static_cast<size_t>(t * D + d)] = (t * 37 + d * 5) % 64 + (t % 2) * 4000;
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  auto draw = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& e : v) e = dist(rng);
+    return v;
+  };
+  std::vector<float> xv = draw(V * D), wv = draw(T * D), uv = draw(V * D);
+  Tensor x = Tensor::from_vector(xv, {V, D}).requires_grad_(), w = Tensor::from_vector(wv, {T, D}).requires_grad_();
+  Tensor index = Tensor::from_vector(idx, {T, D});
+  Tensor dx = gradients((x.gather(0, index) * w).sum(), {x})[0];
+  Schedule plan = Tensor::schedule({dx});
+  CHECK(std::count_if(plan.items.begin(), plan.items.end(), [](const ScheduleItem& i) { return i.kind == ScheduleItem::Kind::ScatterAdd; }) == 1);
+  std::vector<double> want(static_cast<size_t>(V * D), 0.0);
+  for (int64_t p = 0; p < T * D; ++p) want[static_cast<size_t>(idx[static_cast<size_t>(p)] * D + p % D)] += wv[static_cast<size_t>(p)];
+  std::vector<float> got = dx.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(1e-5));
+  Tensor dw = gradients((dx * Tensor::from_vector(uv, {V, D})).sum(), {w})[0];
+  std::vector<float> got_w = dw.to_vector<float>();
+  for (int64_t p = 0; p < T * D; ++p)
+    REQUIRE(got_w[static_cast<size_t>(p)] == uv[static_cast<size_t>(idx[static_cast<size_t>(p)] * D + p % D)]);
+}
+
 TEST_CASE("autograd: reductions", "[autograd]") {
   Input x{{2, 3, 4}};
   check_grad("sum all", [](auto& t) { return t[0].sum(); }, {x});

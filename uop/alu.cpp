@@ -36,7 +36,7 @@ std::optional<double> exec_float(Op op, std::span<const double> x) {
     case Op::MULACC: return x[0] * x[1] + x[2];
     case Op::IDIV: case Op::MOD: case Op::AND: case Op::OR: case Op::XOR: case Op::SHL: case Op::SHR:
     case Op::WHERE: case Op::SINK: case Op::NOOP: case Op::CONST: case Op::DEFINE_VAR: case Op::DEVICE:
-    case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN: case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER:
+    case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN: case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::SCATTER_ADD:
     case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD: case Op::SHRINK: case Op::FLIP:
     case Op::DEFINE_GLOBAL: case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::INDEX: case Op::LOAD:
     case Op::STORE: case Op::RANGE: case Op::END: case Op::REDUCE: case Op::SPECIAL: case Op::BARRIER:
@@ -79,7 +79,7 @@ std::optional<uint64_t> exec_int(Op op, std::span<const uint64_t> x, bool is_sig
     case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC: case Op::FDIV:
     case Op::POW: case Op::WHERE: case Op::SINK: case Op::NOOP: case Op::CONST: case Op::DEFINE_VAR:
     case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN: case Op::DETACH:
-    case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD: case Op::SHRINK:
+    case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::SCATTER_ADD: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD: case Op::SHRINK:
     case Op::FLIP: case Op::DEFINE_GLOBAL: case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::INDEX:
     case Op::LOAD: case Op::STORE: case Op::RANGE: case Op::END: case Op::REDUCE: case Op::SPECIAL:
     case Op::BARRIER: case Op::IF: case Op::ENDIF: case Op::VECTORIZE: case Op::GEP: case Op::CAST:

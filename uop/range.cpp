@@ -190,7 +190,7 @@ std::pair<int64_t, int64_t> compute_range(Op op, DType dtype, const std::vector<
       return out;
     }
     case Op::SINK: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN:
-    case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD:
+    case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::SCATTER_ADD: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND: case Op::PAD:
     case Op::SHRINK: case Op::FLIP: case Op::DEFINE_GLOBAL: case Op::DEFINE_LOCAL: case Op::DEFINE_REG:
     case Op::INDEX: case Op::LOAD: case Op::STORE: case Op::END: case Op::REDUCE: case Op::BARRIER: case Op::IF:
     case Op::ENDIF: case Op::BITCAST: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN:

@@ -256,7 +256,7 @@ std::optional<std::string> check_arity(Op op, size_t n) {
     case Op::INDEX: case Op::STORE: return need(2, SIZE_MAX);
     case Op::LOAD: case Op::END: case Op::REDUCE: case Op::VECTORIZE: case Op::IF: return need(1, SIZE_MAX);
     case Op::SINK: case Op::DEVICE: case Op::BUFFER: case Op::CONTIGUOUS: case Op::COPY: case Op::ASSIGN:
-    case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND:
+    case Op::DETACH: case Op::REDUCE_AXIS: case Op::IOTA: case Op::GATHER: case Op::SCATTER_ADD: case Op::RESHAPE: case Op::PERMUTE: case Op::EXPAND:
     case Op::PAD: case Op::SHRINK: case Op::FLIP: case Op::DEFINE_LOCAL: case Op::DEFINE_REG: case Op::BARRIER:
       return std::nullopt;
     case Op::NEG: case Op::RECIP: case Op::SQRT: case Op::EXP2: case Op::LOG2: case Op::SIN: case Op::TRUNC:

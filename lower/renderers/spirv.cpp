@@ -203,7 +203,7 @@ class SpirvRenderer {
 #define KILN_SPIRV_NOT_REACHING_ALU                                                                                   \
   case kiln::Op::SINK: case kiln::Op::NOOP: case kiln::Op::CONST: case kiln::Op::DEFINE_VAR: case kiln::Op::DEVICE:    \
   case kiln::Op::BUFFER: case kiln::Op::CONTIGUOUS: case kiln::Op::COPY: case kiln::Op::ASSIGN: case kiln::Op::DETACH: \
-  case kiln::Op::REDUCE_AXIS: case kiln::Op::IOTA: case kiln::Op::GATHER: case kiln::Op::RESHAPE: case kiln::Op::PERMUTE:                    \
+  case kiln::Op::REDUCE_AXIS: case kiln::Op::IOTA: case kiln::Op::GATHER: case kiln::Op::SCATTER_ADD: case kiln::Op::RESHAPE: case kiln::Op::PERMUTE:                    \
   case kiln::Op::EXPAND: case kiln::Op::PAD: case kiln::Op::SHRINK: case kiln::Op::FLIP: case kiln::Op::DEFINE_GLOBAL: \
   case kiln::Op::DEFINE_LOCAL: case kiln::Op::DEFINE_REG: case kiln::Op::INDEX: case kiln::Op::LOAD:                   \
   case kiln::Op::STORE: case kiln::Op::RANGE: case kiln::Op::END: case kiln::Op::REDUCE: case kiln::Op::SPECIAL:       \
@@ -610,7 +610,7 @@ class SpirvRenderer {
       case kiln::Op::IF: case kiln::Op::ENDIF:
         fail(u, "IF/ENDIF blocks are not implemented yet in the SPIR-V renderer (nor in the C renderer)");
       case kiln::Op::SINK: case kiln::Op::NOOP: case kiln::Op::DEVICE: case kiln::Op::BUFFER: case kiln::Op::CONTIGUOUS:
-      case kiln::Op::COPY: case kiln::Op::DETACH: case kiln::Op::REDUCE_AXIS: case kiln::Op::IOTA: case kiln::Op::GATHER: case kiln::Op::RESHAPE:
+      case kiln::Op::COPY: case kiln::Op::DETACH: case kiln::Op::REDUCE_AXIS: case kiln::Op::IOTA: case kiln::Op::GATHER: case kiln::Op::SCATTER_ADD: case kiln::Op::RESHAPE:
       case kiln::Op::PERMUTE: case kiln::Op::EXPAND: case kiln::Op::PAD: case kiln::Op::SHRINK: case kiln::Op::FLIP:
       case kiln::Op::REDUCE:
         break;
