@@ -247,18 +247,25 @@ namespace {
 void scatter_add(DeviceBuffer& out, DeviceBuffer& values, DeviceBuffer& index, std::array<int64_t, 4> geometry, DType dtype) {
   auto [outer, m, inner, n] = geometry;
   int64_t total = outer * m * inner;
-  std::vector<int32_t> at(static_cast<size_t>(total));
+  // Staging kept per thread across calls: fresh memory is slow to touch here (NOTES.md), and a training
+  // step scatters the same sizes every time.
+  thread_local std::vector<int32_t> at;
+  thread_local std::vector<uint8_t> staged_values, staged_result;
+  at.resize(static_cast<size_t>(total));
   index.device->copy_out(at.data(), index.memory().raw, at.size() * sizeof(int32_t));
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    std::vector<T> v(static_cast<size_t>(total)), result(static_cast<size_t>(outer * n * inner), T(0));
-    values.device->copy_out(v.data(), values.memory().raw, v.size() * sizeof(T));
+    staged_values.resize(static_cast<size_t>(total) * sizeof(T));
+    staged_result.assign(static_cast<size_t>(outer * n * inner) * sizeof(T), 0);  // all-zero bytes: 0.0
+    T* v = reinterpret_cast<T*>(staged_values.data());
+    T* result = reinterpret_cast<T*>(staged_result.data());
+    values.device->copy_out(v, values.memory().raw, staged_values.size());
     for (int64_t p = 0; p < total; ++p) {
       int64_t o = p / (m * inner), i = p % inner, j = at[static_cast<size_t>(p)];
       if (j < 0 || j >= n) throw Error(cat("scatter_add: index ", j, " is out of range for an axis of size ", n));
-      result[static_cast<size_t>((o * n + j) * inner + i)] += v[static_cast<size_t>(p)];
+      result[(o * n + j) * inner + i] += v[p];
     }
-    out.device->copy_in(out.memory().raw, result.data(), result.size() * sizeof(T));
+    out.device->copy_in(out.memory().raw, result, staged_result.size());
   };
   if (dtype == dtypes::float64) run(double(0));
   else if (dtype == dtypes::float32) run(float(0));

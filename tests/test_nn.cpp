@@ -321,8 +321,8 @@ TEST_CASE("nn: Embedding and Dropout", "[nn]") {
 }
 
 TEST_CASE("nn: an Embedding's gradient over a large vocabulary is a scatter-add, eager and replayed", "[nn]") {
-  // 1024 tokens x 128 features x 20000 rows is 2.6e9 one-hot pairs: above kHostScatterMinPairs, so the
-  // gradient is summed on the host. Each row's gradient is the sum of the output gradient's rows whose
+  // 1024 tokens x 128 features x 20000 rows is 2.6e9 one-hot pairs: above kScatterMinPairs, so the
+  // gradient is a SCATTER_ADD, summed on the host. Each row's gradient is the sum of the output gradient's rows whose
   // token is that row, in double here; repeated tokens, and rows no token uses (zero), included.
   const int64_t V = 20000, D = 128, T = 1024;
   nn::Embedding emb(V, D);
