@@ -88,15 +88,11 @@ constexpr double kScatterMinPairs = double(1 << 24);
 UOpPtr gather_grad(const Match& m) {
   int64_t a = m.root->arg_as<int64_t>();
   int64_t n = src(m, 0).shape()[static_cast<size_t>(a)];
-  Tensor g0 = grad_of(m);
-  if ((g0.dtype() == dtypes::float32 || g0.dtype() == dtypes::float64) &&
-      static_cast<double>(g0.numel()) * static_cast<double>(n) >= kScatterMinPairs) {
-    UOpPtr index = m.root->src[1];  // int32 (Tensor::gather casts it)
-    return grads({ctx(m).t(UOp::make(Op::SCATTER_ADD, g0.dtype(), {g0.uop(), index}, std::vector<int64_t>{a, n})), std::nullopt});
-  }
-  Tensor g = grad_of(m).transpose(a, -1);  // (..., m)
-  Tensor hit = detail::index_mask(src(m, 1).transpose(a, -1), src(m, 0).shape()[static_cast<size_t>(a)]);  // (..., m, n)
-  Tensor spread = g.unsqueeze(-1).expand(hit.shape());
+  Tensor g = grad_of(m);
+  if ((g.dtype() == dtypes::float32 || g.dtype() == dtypes::float64) && static_cast<double>(g.numel()) * static_cast<double>(n) >= kScatterMinPairs)
+    return grads({ctx(m).t(UOp::make(Op::SCATTER_ADD, g.dtype(), {g.uop(), m.root->src[1]}, std::vector<int64_t>{a, n})), std::nullopt});
+  Tensor hit = detail::index_mask(src(m, 1).transpose(a, -1), n);  // (..., m, n)
+  Tensor spread = g.transpose(a, -1).unsqueeze(-1).expand(hit.shape());
   return grads({hit.where(spread, spread.zeros_like()).sum({-2}).transpose(a, -1), std::nullopt});
 }
 

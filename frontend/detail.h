@@ -43,6 +43,10 @@ void after_realize(Tensor& t, const UOpPtr& before);
 // the host in the same way: a replay refills it, so its value is never frozen into the capture.
 void host_work(std::function<void()> work);
 Tensor host_tensor(Shape shape, DType dtype, const std::string& device, std::function<void(void* dst)> fill);
+// A check on a few integers the device computed (the smallest and largest index, a count of bad
+// targets): they are realized, and read back on the host as host work, where `check` throws if they are
+// wrong. Eagerly it runs now; in a captured step (frontend/jit.h) on every replay too.
+void check_on_host(const Tensor& values, std::function<void(const std::vector<int64_t>& values)> check);
 // Integer indices must lie in [0, n): the device finds their smallest and largest value, and the host
 // reads those two numbers as host work (so a captured step checks every replay's indices), throwing
 // "<op>: index v is out of range for axis <axis> of size n (shape <shape>)" for the first bad one.

@@ -21,6 +21,17 @@ void detail::host_work(std::function<void()> work) {
   if (Recorder* r = current_recorder()) r->host_work(std::move(work));
 }
 
+void detail::check_on_host(const Tensor& values, std::function<void(const std::vector<int64_t>&)> check) {
+  Tensor v = values.cast(dtypes::int64).reshape({-1}).contiguous().realize();
+  auto found = storage_ptr(realized_buffer(v.uop()));
+  auto n = static_cast<size_t>(v.numel());
+  host_work([found, n, check = std::move(check)] {
+    std::vector<int64_t> read(n);
+    found->device->copy_out(read.data(), found->memory().raw, n * sizeof(int64_t));
+    check(read);
+  });
+}
+
 Tensor detail::host_tensor(Shape shape, DType dtype, const std::string& device, std::function<void(void* dst)> fill) {
   int64_t n = kiln::numel(shape);
   UOpPtr buffer = new_buffer(device_node(device), std::max<int64_t>(n, 1), dtype);

@@ -13,6 +13,11 @@ namespace {
 
 Tensor uniform(const Shape& shape, double bound) { return Tensor::rand(shape) * (2 * bound) - bound; }
 
+void check_groups(const char* op, int64_t in, int64_t out, int64_t groups) {
+  if (groups <= 0 || in % groups != 0 || out % groups != 0)
+    throw Error(kiln::cat(op, ": in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
+}
+
 Shape channel_shape(int64_t channels, int64_t ndim) {  // (1, C, 1, ...) to broadcast over (N, C, ...)
   Shape s(static_cast<size_t>(ndim), 1);
   s[1] = channels;
@@ -247,8 +252,7 @@ Tensor Linear::forward(const Tensor& x) {
 Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
                std::array<int64_t, 2> dilation, int64_t groups, bool has_bias)
     : stride(stride), padding(padding), dilation(dilation), groups(groups) {
-  if (groups <= 0 || in % groups != 0 || out % groups != 0)
-    throw Error(kiln::cat("Conv2d: in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
+  check_groups("Conv2d", in, out, groups);
   double fan_in = static_cast<double>(in / groups * kernel[0] * kernel[1]);
   double bound = 1.0 / std::sqrt(fan_in);
   weight = register_parameter("weight", uniform({out, in / groups, kernel[0], kernel[1]}, bound));
@@ -261,8 +265,7 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, std::array<int64_t, 2>
                                  std::array<int64_t, 2> padding, std::array<int64_t, 2> output_padding, int64_t groups, bool has_bias,
                                  std::array<int64_t, 2> dilation)
     : stride(stride), padding(padding), output_padding(output_padding), dilation(dilation), groups(groups) {
-  if (groups <= 0 || in % groups != 0 || out % groups != 0)
-    throw Error(kiln::cat("ConvTranspose2d: in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
+  check_groups("ConvTranspose2d", in, out, groups);
   // PyTorch's fan-in of a transposed conv's weight (in, out/groups, kh, kw) is its dimension 1 times the kernel.
   double bound = 1.0 / std::sqrt(static_cast<double>(out / groups * kernel[0] * kernel[1]));
   weight = register_parameter("weight", uniform({in, out / groups, kernel[0], kernel[1]}, bound));
@@ -273,8 +276,7 @@ Tensor ConvTranspose2d::forward(const Tensor& x) { return x.conv_transpose2d(wei
 
 Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, int64_t groups, bool has_bias)
     : stride(stride), padding(padding), dilation(dilation), groups(groups) {
-  if (groups <= 0 || in % groups != 0 || out % groups != 0)
-    throw Error(kiln::cat("Conv1d: in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
+  check_groups("Conv1d", in, out, groups);
   double bound = 1.0 / std::sqrt(static_cast<double>(in / groups * kernel));
   weight = register_parameter("weight", uniform({out, in / groups, kernel}, bound));
   if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
@@ -516,6 +518,14 @@ Tensor reduce(const Tensor& per_item, Reduction r) {
   return per_item;
 }
 
+// A per-element loss times an optional weight that broadcasts to it (the binary cross entropies').
+Tensor weighted(const Tensor& loss, const std::optional<Tensor>& weight, const char* op) {
+  if (!weight) return loss;
+  if (detail::broadcast_shapes(weight->shape(), loss.shape(), op) != loss.shape())
+    throw Error(kiln::cat(op, ": weight ", shape_str(weight->shape()), " must broadcast to the input's shape ", shape_str(loss.shape())));
+  return loss * *weight;
+}
+
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
   if (a.shape() != b.shape())
     throw Error(kiln::cat(op, ": input ", shape_str(a.shape()), " and target ", shape_str(b.shape()), " must have the same shape"));
@@ -555,17 +565,11 @@ void check_targets(const Tensor& target, int64_t c, int64_t ignore_index, const 
   auto full = [&](double v) { return t.full_like(v); };
   Tensor bad = (t.lt(full(0)).logical_or(t.ge(full(static_cast<double>(c))))).logical_and(t.ne(full(static_cast<double>(ignore_index))));
   double largest = dt == dtypes::int64 ? static_cast<double>(INT64_MAX) : static_cast<double>(INT32_MAX);
-  std::vector<Tensor> found{bad.cast(dtypes::float32).sum(), bad.where(t, full(largest)).min().cast(dtypes::int64)};
-  realize_all(found);
-  auto count = storage_ptr(detail::realized_buffer(found[0].uop())), worst = storage_ptr(detail::realized_buffer(found[1].uop()));
+  // Any bad target, and the smallest: one pair of numbers read back.
+  Tensor found = Tensor::stack({bad.cast(dtypes::float32).sum().cast(dtypes::int64), bad.where(t, full(largest)).min().cast(dtypes::int64)});
   std::string name = op;
-  detail::host_work([count, worst, c, ignore_index, name] {
-    float n = 0;
-    int64_t v = 0;
-    count->device->copy_out(&n, count->memory().raw, sizeof n);
-    worst->device->copy_out(&v, worst->memory().raw, sizeof v);
-    if (n > 0)
-      throw Error(kiln::cat(name, ": target ", v, " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
+  detail::check_on_host(found, [c, ignore_index, name](const std::vector<int64_t>& v) {
+    if (v[0] > 0) throw Error(kiln::cat(name, ": target ", v[1], " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
   });
 }
 
@@ -662,13 +666,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduct
     positive = positive * *pos_weight;
   }
   Tensor loss = positive + (1.0 - y) * x.softplus();
-  if (weight) {
-    if (detail::broadcast_shapes(weight->shape(), x.shape(), "binary_cross_entropy_with_logits") != x.shape())
-      throw Error(kiln::cat("binary_cross_entropy_with_logits: weight ", shape_str(weight->shape()), " must broadcast to the logits' shape ",
-                            shape_str(x.shape())));
-    loss = loss * *weight;
-  }
-  return reduce(loss, r);
+  return reduce(weighted(loss, weight, "binary_cross_entropy_with_logits"), r);
 }
 
 Tensor binary_cross_entropy(const Tensor& x, const Tensor& y, Reduction r, std::optional<Tensor> weight) {
@@ -681,12 +679,7 @@ Tensor binary_cross_entropy(const Tensor& x, const Tensor& y, Reduction r, std::
     return positive.where(l.maximum(floor), floor);
   };
   Tensor loss = -(y * clamped_log(x) + (1.0 - y) * clamped_log(1.0 - x));
-  if (weight) {
-    if (detail::broadcast_shapes(weight->shape(), x.shape(), "binary_cross_entropy") != x.shape())
-      throw Error(kiln::cat("binary_cross_entropy: weight ", shape_str(weight->shape()), " must broadcast to the input's shape ", shape_str(x.shape())));
-    loss = loss * *weight;
-  }
-  return reduce(loss, r);
+  return reduce(weighted(loss, weight, "binary_cross_entropy"), r);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction r, double beta) {

@@ -155,10 +155,13 @@ class Dropout : public Module {
   double p;
 };
 
-class ReLU : public Module {
+// An activation without options as a module: forward is the Tensor method (ReLU, Sigmoid, ... below).
+template <Tensor (Tensor::*F)() const>
+class Activation : public Module {
  public:
-  Tensor forward(const Tensor& x) override { return x.relu(); }
+  Tensor forward(const Tensor& x) override { return (x.*F)(); }
 };
+using ReLU = Activation<&Tensor::relu>;
 
 class Flatten : public Module {
  public:
@@ -170,23 +173,19 @@ class Identity : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x; }
 };
+using SiLU = Activation<&Tensor::silu>;
+using Sigmoid = Activation<&Tensor::sigmoid>;
+using Tanh = Activation<&Tensor::tanh>;
+using SELU = Activation<&Tensor::selu>;
+using ReLU6 = Activation<&Tensor::relu6>;
+using Hardsigmoid = Activation<&Tensor::hardsigmoid>;
+using Hardswish = Activation<&Tensor::hardswish>;
+using Mish = Activation<&Tensor::mish>;
 class GELU : public Module {
  public:
   explicit GELU(std::string approximate = "none") : approximate(std::move(approximate)) {}
   Tensor forward(const Tensor& x) override { return x.gelu(approximate); }
   std::string approximate;  // "none" (erf) or "tanh"
-};
-class SiLU : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.silu(); }
-};
-class Sigmoid : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.sigmoid(); }
-};
-class Tanh : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.tanh(); }
 };
 class LeakyReLU : public Module {
  public:
@@ -200,31 +199,11 @@ class ELU : public Module {
   Tensor forward(const Tensor& x) override { return x.elu(alpha); }
   double alpha;
 };
-class SELU : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.selu(); }
-};
 class Hardtanh : public Module {
  public:
   explicit Hardtanh(double min_val = -1.0, double max_val = 1.0) : min_val(min_val), max_val(max_val) {}
   Tensor forward(const Tensor& x) override { return x.hardtanh(min_val, max_val); }
   double min_val, max_val;
-};
-class ReLU6 : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.relu6(); }
-};
-class Hardsigmoid : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.hardsigmoid(); }
-};
-class Hardswish : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.hardswish(); }
-};
-class Mish : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return x.mish(); }
 };
 class Softplus : public Module {
  public:
@@ -339,30 +318,17 @@ class AvgPool1d : public Module {
 
 // Adaptive pooling to a fixed output size (Tensor::adaptive_avg_pool2d): a ResNet's head is
 // AdaptiveAvgPool2d({1, 1}) then Flatten.
-class AdaptiveAvgPool2d : public Module {
+template <typename Size, Tensor (Tensor::*F)(Size) const>
+class AdaptivePool : public Module {
  public:
-  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size) : output_size(output_size) {}
-  Tensor forward(const Tensor& x) override { return x.adaptive_avg_pool2d(output_size); }
-  std::array<int64_t, 2> output_size;
+  explicit AdaptivePool(Size output_size) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override { return (x.*F)(output_size); }
+  Size output_size;
 };
-class AdaptiveMaxPool2d : public Module {
- public:
-  explicit AdaptiveMaxPool2d(std::array<int64_t, 2> output_size) : output_size(output_size) {}
-  Tensor forward(const Tensor& x) override { return x.adaptive_max_pool2d(output_size); }
-  std::array<int64_t, 2> output_size;
-};
-class AdaptiveAvgPool1d : public Module {
- public:
-  explicit AdaptiveAvgPool1d(int64_t output_size) : output_size(output_size) {}
-  Tensor forward(const Tensor& x) override { return x.adaptive_avg_pool1d(output_size); }
-  int64_t output_size;
-};
-class AdaptiveMaxPool1d : public Module {
- public:
-  explicit AdaptiveMaxPool1d(int64_t output_size) : output_size(output_size) {}
-  Tensor forward(const Tensor& x) override { return x.adaptive_max_pool1d(output_size); }
-  int64_t output_size;
-};
+using AdaptiveAvgPool2d = AdaptivePool<std::array<int64_t, 2>, &Tensor::adaptive_avg_pool2d>;
+using AdaptiveMaxPool2d = AdaptivePool<std::array<int64_t, 2>, &Tensor::adaptive_max_pool2d>;
+using AdaptiveAvgPool1d = AdaptivePool<int64_t, &Tensor::adaptive_avg_pool1d>;
+using AdaptiveMaxPool1d = AdaptivePool<int64_t, &Tensor::adaptive_max_pool1d>;
 
 // softmax(q k^T / sqrt(d) + mask) v over the last two axes; `mask` is added (use -inf to block), or
 // a bool mask where true keeps, as in torch.nn.functional.scaled_dot_product_attention.

@@ -312,8 +312,9 @@ class Tensor {
   Tensor(UOpPtr uop, Shape shape, UOpPtr device);
   // A tensor computed from this one (and operands on the same device): it lives on this device.
   Tensor derived(UOpPtr uop, Shape shape) const { return Tensor(std::move(uop), std::move(shape), device_uop()); }
-  // gather's node, its index already checked (rank, sizes, values in range, device).
-  Tensor gather_in_range(int64_t axis, const Tensor& index) const;
+  // gather's node (for `op`: gather, index_select), its index's rank, sizes and values already checked;
+  // checks that the index is on this tensor's device.
+  Tensor gather_in_range(int64_t axis, const Tensor& index, const char* op) const;
   const UOpPtr& device_uop() const;
   // A tensor of `shape` filled with v (exactly: no trip through double, unlike full). Every scalar
   // operand makes one, so it builds its nodes (CONST, RESHAPE, EXPAND) without intermediate tensors.

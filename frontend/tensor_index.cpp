@@ -21,13 +21,9 @@ void detail::check_index_range(const Tensor& index, int64_t n, int64_t axis, con
   if (!is_int(index.dtype())) throw Error(kiln::cat(op, ": index must be an integer tensor, got ", index.dtype().name()));
   if (index.numel() == 0) return;
   Tensor wide = index.cast(dtypes::int64);
-  Tensor range = Tensor::stack({wide.min(), wide.max()}).realize();
-  auto found = storage_ptr(detail::realized_buffer(range.uop()));
   std::string name = op;
-  detail::host_work([found, n, axis, shape, name] {
-    int64_t v[2] = {0, 0};
-    found->device->copy_out(v, found->memory().raw, sizeof v);
-    for (int64_t e : v)
+  detail::check_on_host(Tensor::stack({wide.min(), wide.max()}), [n, axis, shape, name](const std::vector<int64_t>& range) {
+    for (int64_t e : range)
       if (e < 0 || e >= n)
         throw Error(kiln::cat(name, ": index ", e, " is out of range for axis ", axis, " of size ", n, " (shape ", shape_str(shape), ")"));
   });
@@ -38,13 +34,11 @@ Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
   if (ndim() == 0) throw Error("index_select: a 0-dimensional tensor has no axis to select from");
   int64_t a = normalize_axis(axis, ndim(), "index_select"), m = index.numel();
   detail::check_index_range(index, shape()[static_cast<size_t>(a)], a, shape(), "index_select");
-  if (index.device_uop() != device_uop())
-    throw Error(kiln::cat("index_select: index is on ", index.device(), " and the input on ", device(), "; move one with to()"));
   // A gather with the index laid along `axis` and broadcast over the others (checked once, above).
   Shape along(static_cast<size_t>(ndim()), 1), full = shape();
   along[static_cast<size_t>(a)] = m;
   full[static_cast<size_t>(a)] = m;
-  return gather_in_range(a, index.reshape(along).expand(full));
+  return gather_in_range(a, index.reshape(along).expand(full), "index_select");
 }
 
 Tensor detail::index_mask(const Tensor& index, int64_t n) {
@@ -88,14 +82,10 @@ std::pair<Tensor, Tensor> scattered(const Tensor& self, int64_t a, const Tensor&
   Tensor count = mask.cast(dtypes::int32).sum({-2}).transpose(a, -1);
   if (unique) {
     if (count.numel() > 0) {  // read as host work, like the range: a captured step checks every replay
-      Tensor most = count.max().cast(dtypes::int64).realize();
-      auto found = storage_ptr(detail::realized_buffer(most.uop()));
       std::string what = kiln::cat(op, ": index ", shape_str(index.shape()),
                                    " sends two values to one position; torch leaves which one wins unspecified: use scatter_add, or unique indices");
-      detail::host_work([found, what] {
-        int64_t v = 0;
-        found->device->copy_out(&v, found->memory().raw, sizeof v);
-        if (v > 1) throw Error(what);
+      detail::check_on_host(count.max(), [what](const std::vector<int64_t>& most) {
+        if (most[0] > 1) throw Error(what);
       });
     }
   }

@@ -190,12 +190,12 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   // index's smallest and largest value, not for the whole index: an Embedding's is expanded over the
   // embedding width, and copying it out stored and moved n*dim int64 values per lookup, a GPT's step 3 MB).
   detail::check_index_range(index, n, a, shape(), "gather");
-  if (index.device_uop() != device_uop())
-    throw Error(kiln::cat("gather: index is on ", index.device(), " and the input on ", device(), "; move one with to()"));
-  return gather_in_range(a, index);
+  return gather_in_range(a, index, "gather");
 }
 
-Tensor Tensor::gather_in_range(int64_t a, const Tensor& index) const {
+Tensor Tensor::gather_in_range(int64_t a, const Tensor& index, const char* op) const {
+  if (index.device_uop() != device_uop())
+    throw Error(kiln::cat(op, ": index is on ", index.device(), " and the input on ", device(), "; move one with to()"));
   // x cut to the index's sizes on the other axes; the kernel reads x at the index's values (GATHER),
   // n*m reads where a one-hot mask over the axis took n*m compares per output.
   Pairs bounds;
