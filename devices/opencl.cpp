@@ -66,7 +66,7 @@ constexpr cl_bitfield CL_MEM_READ_WRITE = 1 << 0;
 constexpr cl_uint CL_PROGRAM_BINARY_SIZES = 0x1165, CL_PROGRAM_BINARIES = 0x1166, CL_PROGRAM_BUILD_LOG = 0x1183;
 constexpr cl_uint CL_KERNEL_NUM_ARGS = 0x1191;
 constexpr cl_uint CL_PROFILING_COMMAND_START = 0x1282, CL_PROFILING_COMMAND_END = 0x1283;
-constexpr cl_uint CL_TRUE = 1, CL_FALSE = 0;
+constexpr cl_uint CL_TRUE = 1;  // blocking reads and writes
 
 // The entry points, looked up in the ICD loader.
 struct OpenCL {

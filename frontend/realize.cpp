@@ -245,7 +245,8 @@ namespace {
 // SCATTER_ADD on the host (schedule.h): out zeroed, then each value added at its index, in order.
 // Through copy_out and copy_in, so it runs for every device; on the CPU those are memcpys.
 void scatter_add(DeviceBuffer& out, DeviceBuffer& values, DeviceBuffer& index, std::array<int64_t, 4> geometry, DType dtype) {
-  auto [outer, m, inner, n] = geometry;
+  // Plain names, not a structured binding: clang 15 (the fuzz build) cannot capture bindings in a lambda.
+  const int64_t outer = geometry[0], m = geometry[1], inner = geometry[2], n = geometry[3];
   int64_t total = outer * m * inner;
   // Staging kept per thread across calls: fresh memory is slow to touch here (NOTES.md), and a training
   // step scatters the same sizes every time.
@@ -297,7 +298,7 @@ void run_item(const ScheduleItem& item) {
   bool timed = config().debug >= 2;
   double seconds = k.program->launch(raws, {}, k.lowered.dims, timed);
   ++g_launched;
-  if (t_recorder) t_recorder->launch({k.program.get(), k.lowered.dims, item.ast, k.lowered.name, storages(item.bufs)});
+  if (t_recorder) t_recorder->launch({k.program.get(), k.lowered.dims, item.ast, k.lowered.name, storages(item.bufs), {}});
   if (timed)
     std::cerr << "kiln: " << device.spec().name << " " << k.lowered.name << "  " << seconds * 1e6 << " us  "
               << static_cast<double>(item_bytes(item)) / seconds * 1e-9 << " GB/s\n";
