@@ -13,6 +13,7 @@
 #include "frontend/realize.h"
 #include "uop/config.h"
 #include "uop/alu.h"
+#include "uop/spin_lock.h"
 
 namespace kiln {
 
@@ -120,12 +121,17 @@ thread_local size_t t_next_recent_constant = 0;
 }  // namespace
 
 Tensor Tensor::constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr device) {
+  UOpPtr u = constant_uop(v, dtype, shape, device);
+  return Tensor(std::move(u), shape, std::move(device));
+}
+
+UOpPtr Tensor::constant_uop(ConstValue v, DType dtype, const Shape& shape, const UOpPtr& device) {
   v = cast_const(v, dtype);
   bool grad = grad_enabled();
   for (const RecentConstant& r : t_recent_constants) {
     // The value first: the entries mostly differ there, and share the shape.
     if (!const_equal(r.value, v) || r.dtype != dtype || r.device != device.get() || r.grad != grad || r.shape != shape) continue;
-    if (UOpPtr u = r.node.lock()) return Tensor(std::move(u), shape, std::move(device));
+    if (UOpPtr u = r.node.lock()) return u;
   }
   // The nodes (and DETACH wrappers under no_grad) that Tensor(CONST).reshape(ones).expand(shape) makes.
   UOpPtr u = UOp::make(Op::CONST, dtype, detail::sources(device), v);
@@ -133,7 +139,7 @@ Tensor Tensor::constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr de
   if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d != 1; }))
     u = detail::no_grad_wrap(movement(Op::EXPAND, u, shape));
   t_recent_constants[t_next_recent_constant++ % kRecentConstants] = {v, dtype, shape, device.get(), grad, u};
-  return Tensor(std::move(u), shape, std::move(device));
+  return u;
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, const std::string& device) { return full(std::move(shape), 0.0, dtype, device); }
@@ -147,7 +153,7 @@ Tensor Tensor::arange(int64_t end, DType dtype, const std::string& device) {
 
 // --- elementwise -----------------------------------------------------------------------------
 
-Tensor Tensor::scalar_like(double s) const {
+DType Tensor::scalar_dtype(double s) const {
   // PyTorch's rule for a Python scalar: it keeps the tensor's dtype within its category. A C++ double
   // that is integral and fits the tensor's integer type acts like a Python int (so a bool tensor goes
   // to int64); anything else (a fraction, inf, NaN) acts like a Python float.
@@ -162,8 +168,10 @@ Tensor Tensor::scalar_like(double s) const {
       throw Error(kiln::cat("scalar ", s, " does not fit the tensor's dtype ", d.name(), " (", as_double(lowest(d)), " to ",
                             as_double(highest(d)), "); cast the tensor to a wider type first"));
   }
-  return constant(s, d, shape(), device_uop());
+  return d;
 }
+
+Tensor Tensor::scalar_like(double s) const { return constant(s, scalar_dtype(s), shape(), device_uop()); }
 
 // float16 and bfloat16 are storage types: arithmetic runs in float32 and each op's result is rounded
 // back, which is what PyTorch computes for them on the CPU.
@@ -220,11 +228,18 @@ Tensor Tensor::operator-(const Tensor& o) const { return binary(Op::SUB, o, "sub
 Tensor Tensor::operator*(const Tensor& o) const { return binary(Op::MUL, o, "mul"); }
 Tensor Tensor::operator/(const Tensor& o) const { return binary(Op::FDIV, o, "div"); }
 Tensor Tensor::operator-() const { return unary(Op::NEG); }
-Tensor Tensor::operator+(double s) const { return *this + scalar_like(s); }
-Tensor Tensor::operator-(double s) const { return *this - scalar_like(s); }
-Tensor Tensor::operator*(double s) const { return *this * scalar_like(s); }
+Tensor Tensor::scalar_binary(Op op, double s, const char* name) const {
+  DType d = scalar_dtype(s);
+  // Same dtype and shape, computed in it: operands() would pass both nodes through unchanged.
+  if (d != dtype() || compute_dtype(d) != d) return binary(op, constant(s, d, shape(), device_uop()), name);
+  return derived(UOp::make(op, d, detail::sources(uop(), constant_uop(s, d, shape(), device_uop()))), shape());
+}
+
+Tensor Tensor::operator+(double s) const { return scalar_binary(Op::ADD, s, "add"); }
+Tensor Tensor::operator-(double s) const { return scalar_binary(Op::SUB, s, "sub"); }
+Tensor Tensor::operator*(double s) const { return scalar_binary(Op::MUL, s, "mul"); }
 // True division computes in floats, so an integer tensor's scalar divisor need not fit its dtype.
-Tensor Tensor::operator/(double s) const { return is_float(dtype()) ? *this / scalar_like(s) : cast(to_floating(dtype())) / s; }
+Tensor Tensor::operator/(double s) const { return is_float(dtype()) ? scalar_binary(Op::FDIV, s, "div") : cast(to_floating(dtype())) / s; }
 Tensor operator+(double s, const Tensor& t) { return t + s; }
 Tensor operator*(double s, const Tensor& t) { return t * s; }
 Tensor operator-(double s, const Tensor& t) { return t.scalar_like(s) - t; }
@@ -264,8 +279,16 @@ Tensor Tensor::exp() const { return in_float([](const Tensor& x) { return (x * (
 Tensor Tensor::log() const { return in_float([](const Tensor& x) { return x.log2() * std::numbers::ln2; }); }
 // where(x <= 0, 0, x) rather than max(x, 0): NaN passes through, and the gradient at 0 is 0, as in PyTorch.
 Tensor Tensor::relu() const {
-  Tensor zero = constant(0.0, dtype(), shape(), device_uop());
-  return le(zero).where(zero, *this);
+  if (compute_dtype(dtype()) != dtype()) {
+    Tensor zero = constant(0.0, dtype(), shape(), device_uop());
+    return le(zero).where(zero, *this);
+  }
+  // The nodes of le(zero).where(zero, x) (see Tensor::le), without the two tensors between them.
+  UOpPtr zero = constant_uop(0.0, dtype(), shape(), device_uop());
+  UOpPtr lt = detail::no_grad_wrap(UOp::make(Op::CMPLT, dtypes::bool_, detail::sources(uop(), zero)));
+  UOpPtr eq = detail::no_grad_wrap(UOp::make(Op::CMPEQ, dtypes::bool_, detail::sources(uop(), zero)));
+  UOpPtr le = UOp::make(Op::OR, dtypes::bool_, detail::sources(std::move(lt), std::move(eq)));
+  return derived(UOp::make(Op::WHERE, dtype(), detail::sources(std::move(le), std::move(zero), uop())), shape());
 }
 // From e = exp(-|x|) <= 1, never exp(-x): for x < -88 (float32) that overflows, and though 1 / (1 + inf) is
 // the right 0, its gradient through exp is 0 * inf = NaN.
@@ -484,21 +507,22 @@ UOpPtr detail::realized_buffer(const UOpPtr& u) {
 // --- live tensors (Tensor::State's list) ----------------------------------------------------------
 
 namespace {
-std::mutex g_live_mu;
+// Taken twice per tensor made (constructed, destroyed): a spin lock, as the interning table's.
+SpinLock g_live_mu;
 
 }  // namespace
 
 Tensor::State* Tensor::State::live_head = nullptr;
 
 Tensor::State::State() {
-  std::lock_guard<std::mutex> lock(g_live_mu);
+  std::lock_guard<SpinLock> lock(g_live_mu);
   next_live = live_head;
   if (live_head) live_head->prev_live = this;
   live_head = this;
 }
 
 Tensor::State::~State() {
-  std::lock_guard<std::mutex> lock(g_live_mu);
+  std::lock_guard<SpinLock> lock(g_live_mu);
   if (prev_live) prev_live->next_live = next_live;
   else live_head = next_live;
   if (next_live) next_live->prev_live = prev_live;
@@ -514,7 +538,7 @@ Tensor::LiveUses Tensor::live_uses(const std::unordered_set<const UOp*>& buffers
   LiveUses uses;
   std::vector<std::shared_ptr<State>> live;
   {
-    std::lock_guard<std::mutex> lock(g_live_mu);
+    std::lock_guard<SpinLock> lock(g_live_mu);
     for (State* s = State::live_head; s; s = s->next_live) {
       if (skip.count(s)) continue;
       if (UOpPtr b = detail::realized_buffer(s->uop)) {

@@ -319,7 +319,13 @@ class Tensor {
   // A tensor of `shape` filled with v (exactly: no trip through double, unlike full). Every scalar
   // operand makes one, so it builds its nodes (CONST, RESHAPE, EXPAND) without intermediate tensors.
   static Tensor constant(ConstValue v, DType dtype, const Shape& shape, UOpPtr device);
+  static UOpPtr constant_uop(ConstValue v, DType dtype, const Shape& shape, const UOpPtr& device);  // its node
   Tensor unary(Op op) const;
+  // this (op) s for a C++ scalar, as binary(op, scalar_like(s)); when the scalar keeps this dtype (the
+  // common case) it builds the one node without a tensor for the scalar: graphs rebuilt every call
+  // (x * 1.5 in a loop) make one per op.
+  Tensor scalar_binary(Op op, double s, const char* name) const;
+  DType scalar_dtype(double s) const;  // scalar_like's dtype
   // The two sides of an elementwise op: broadcast to one shape, cast to the result dtype and then to
   // the dtype it is computed in (float32 for float16/bfloat16).
   struct Operands {

@@ -120,3 +120,24 @@ TEST_CASE("size-0 tensors launch nothing and reduce to their closed forms", "[te
     CHECK(e.grad()->to_vector<float>().empty());
   }
 }
+
+// The scalar operators and relu build their nodes directly (no tensor for the scalar or the comparison);
+// the graph must be the one the general path (a full tensor operand, le, where) builds, node for node.
+TEST_CASE("scalar operators and relu build the general path's nodes", "[tensor]") {
+  for (DType dtype : {dtypes::float32, dtypes::float64, dtypes::float16, dtypes::int32}) {
+    CAPTURE(dtype.name());
+    Tensor x = Tensor::arange(6).reshape({2, 3}).cast(dtype) - 2.0;
+    auto full = [&](double v) { return x.full_like(v); };
+    CHECK((x * 3.0).uop() == (x * full(3.0)).uop());
+    CHECK((x + 2.0).uop() == (x + full(2.0)).uop());
+    CHECK((x - 2.0).uop() == (x - full(2.0)).uop());
+    if (is_float(dtype)) {
+      CHECK((x / 4.0).uop() == (x / full(4.0)).uop());
+      CHECK((x * 1.5).uop() == (x * full(1.5)).uop());
+    }
+    Tensor zero = x.zeros_like();
+    CHECK(x.relu().uop() == x.le(zero).where(zero, x).uop());
+    std::vector<double> got = x.relu().cast(dtypes::float64).to_vector<double>();
+    CHECK(got == std::vector<double>{0, 0, 0, 1, 2, 3});
+  }
+}

@@ -11,6 +11,7 @@
 
 #include "uop/hash.h"
 #include "uop/range.h"
+#include "uop/spin_lock.h"
 
 namespace kiln {
 
@@ -79,25 +80,11 @@ uint64_t arg_hash(const Arg& a) {
 // finds no entry of its own and has nothing to remove).
 
 struct UOpTable {
-  // Every node made takes its shard's lock twice (made, destroyed): a 200-op graph rebuilt per call
-  // does so ~1000 times. Uncontended, this costs one atomic exchange to take and a plain store to
-  // release, where std::mutex pays a locked instruction both ways and a call into pthreads. Held only
-  // for a probe and at most one allocation, so a waiter spins and yields to the holder rather than sleep.
-  class ShardLock {
-   public:
-    void lock() {
-      while (locked_.exchange(true, std::memory_order_acquire))
-        while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
-    }
-    void unlock() { locked_.store(false, std::memory_order_release); }
-
-   private:
-    std::atomic<bool> locked_{false};
-  };
-
+  // Each node made takes its shard's lock twice (made, destroyed); held only for a probe and at most one
+  // allocation (uop/spin_lock.h).
   class Shard {
    public:
-    ShardLock mu;
+    SpinLock mu;
 
     // The live node equal to (op, dtype, src, arg) with hash h, else a new one (called under mu).
     UOpPtr find_or_add(uint64_t h, Op op, DType dtype, std::vector<UOpPtr>& src, Arg& arg) {
@@ -178,20 +165,20 @@ struct UOpTable {
     if (!std::holds_alternative<std::monostate>(arg)) h = hash_fold(h, arg_hash(arg));
     for (const UOpPtr& s : src) h = hash_fold(h, s->hash());
     Shard& shard = shard_for(h);
-    std::lock_guard<ShardLock> lock(shard.mu);
+    std::lock_guard<SpinLock> lock(shard.mu);
     return shard.find_or_add(h, op, dtype, src, arg);
   }
 
   void remove(const UOp* dying) {
     Shard& shard = shard_for(dying->hash());
-    std::lock_guard<ShardLock> lock(shard.mu);
+    std::lock_guard<SpinLock> lock(shard.mu);
     shard.remove(dying);
   }
 
   size_t size() {
     size_t n = 0;
     for (Shard& shard : shards) {
-      std::lock_guard<ShardLock> lock(shard.mu);
+      std::lock_guard<SpinLock> lock(shard.mu);
       n += shard.size();
     }
     return n;
