@@ -11,8 +11,6 @@ namespace kiln::nn {
 
 namespace {
 
-Tensor uniform(const Shape& shape, double bound) { return Tensor::rand(shape) * (2 * bound) - bound; }
-
 void check_groups(const char* op, int64_t in, int64_t out, int64_t groups) {
   if (groups <= 0 || in % groups != 0 || out % groups != 0)
     throw Error(kiln::cat(op, ": in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
@@ -130,6 +128,8 @@ Normalized normalize(const Tensor& x, const std::vector<int64_t>& axes, double e
 
 }  // namespace
 
+Tensor init_uniform(const Shape& shape, double bound) { return Tensor::rand(shape) * (2 * bound) - bound; }
+
 // --- Module ----------------------------------------------------------------------------------
 
 Tensor Module::register_parameter(const std::string& name, Tensor value) {
@@ -238,8 +238,8 @@ Tensor Sequential::forward(const Tensor& x) {
 Linear::Linear(int64_t in, int64_t out, bool has_bias) {
   if (in <= 0 || out <= 0) throw Error(kiln::cat("Linear: sizes must be positive, got in=", in, " out=", out));
   double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  weight = register_parameter("weight", uniform({out, in}, bound));
-  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+  weight = register_parameter("weight", init_uniform({out, in}, bound));
+  if (has_bias) bias = register_parameter("bias", init_uniform({out}, bound));
 }
 
 Tensor Linear::forward(const Tensor& x) {
@@ -255,8 +255,8 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, std::arra
   check_groups("Conv2d", in, out, groups);
   double fan_in = static_cast<double>(in / groups * kernel[0] * kernel[1]);
   double bound = 1.0 / std::sqrt(fan_in);
-  weight = register_parameter("weight", uniform({out, in / groups, kernel[0], kernel[1]}, bound));
-  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+  weight = register_parameter("weight", init_uniform({out, in / groups, kernel[0], kernel[1]}, bound));
+  if (has_bias) bias = register_parameter("bias", init_uniform({out}, bound));
 }
 
 Tensor Conv2d::forward(const Tensor& x) { return x.conv2d(weight, bias, stride, padding, dilation, groups); }
@@ -268,8 +268,8 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, std::array<int64_t, 2>
   check_groups("ConvTranspose2d", in, out, groups);
   // PyTorch's fan-in of a transposed conv's weight (in, out/groups, kh, kw) is its dimension 1 times the kernel.
   double bound = 1.0 / std::sqrt(static_cast<double>(out / groups * kernel[0] * kernel[1]));
-  weight = register_parameter("weight", uniform({in, out / groups, kernel[0], kernel[1]}, bound));
-  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+  weight = register_parameter("weight", init_uniform({in, out / groups, kernel[0], kernel[1]}, bound));
+  if (has_bias) bias = register_parameter("bias", init_uniform({out}, bound));
 }
 
 Tensor ConvTranspose2d::forward(const Tensor& x) { return x.conv_transpose2d(weight, bias, stride, padding, output_padding, groups, dilation); }
@@ -278,8 +278,8 @@ Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t 
     : stride(stride), padding(padding), dilation(dilation), groups(groups) {
   check_groups("Conv1d", in, out, groups);
   double bound = 1.0 / std::sqrt(static_cast<double>(in / groups * kernel));
-  weight = register_parameter("weight", uniform({out, in / groups, kernel}, bound));
-  if (has_bias) bias = register_parameter("bias", uniform({out}, bound));
+  weight = register_parameter("weight", init_uniform({out, in / groups, kernel}, bound));
+  if (has_bias) bias = register_parameter("bias", init_uniform({out}, bound));
 }
 
 Tensor Conv1d::forward(const Tensor& x) { return x.conv1d(weight, bias, stride, padding, dilation, groups); }
@@ -423,7 +423,7 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t heads, bool has_bias, 
     : embed_dim(e), num_heads(heads), batch_first(batch_first) {
   if (heads <= 0 || e % heads != 0) throw Error(kiln::cat("MultiheadAttention: embed_dim ", e, " must be divisible by num_heads ", heads));
   // PyTorch: xavier_uniform for the packed projection, zero biases.
-  in_proj_weight = register_parameter("in_proj_weight", uniform({3 * e, e}, std::sqrt(6.0 / static_cast<double>(4 * e))));
+  in_proj_weight = register_parameter("in_proj_weight", init_uniform({3 * e, e}, std::sqrt(6.0 / static_cast<double>(4 * e))));
   if (has_bias) in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * e}));
   out_proj = register_module("out_proj", std::make_shared<Linear>(e, e, has_bias));
   if (has_bias) {

@@ -387,6 +387,103 @@ class ModuleList : public Module {
   std::vector<std::shared_ptr<Module>> modules_;
 };
 
+// --- recurrent layers (frontend/rnn.cpp) ------------------------------------------------------
+// torch.nn.RNN, LSTM and GRU: num_layers stacked layers, each run forward or in both directions
+// (bidirectional: the two outputs concatenated on the feature axis), dropout on each layer's output
+// but the last when training. Input (L, N, H_in), (N, L, H_in) with batch_first, or unbatched
+// (L, H_in); states (num_layers * directions, N, H), unbatched (num_layers * directions, H), zeros
+// when not given. Parameters have PyTorch's names, shapes and initialization (weight_ih_l0 (G*H, H_in),
+// weight_hh_l0 (G*H, H), bias_ih_l0, bias_hh_l0, "_reverse" for the backward direction, all
+// U(-1/sqrt(H), 1/sqrt(H))), the gates stacked in its order: LSTM i, f, g, o; GRU r, z, n; so state
+// dicts carry over. The input's projection x W_ih^T is one matmul over the whole sequence; each step
+// is then h W_hh^T and one fused elementwise kernel.
+enum class RNNMode { RNN_TANH, RNN_RELU, LSTM, GRU };
+struct RNNResult {
+  Tensor output;             // the last layer's h at every step: (L, N, directions * H), or as the input's layout
+  Tensor h_n;                // each layer's and direction's last h
+  std::optional<Tensor> c_n;  // an LSTM's last cell states
+};
+// The layers as one function, as ATen's at::lstm / at::gru / at::rnn_tanh: `params` per layer, per
+// direction: w_ih, w_hh, then (has_biases) b_ih, b_hh. c0 is an LSTM's only.
+RNNResult rnn(RNNMode mode, const Tensor& input, std::optional<Tensor> h0, std::optional<Tensor> c0,
+              const std::vector<Tensor>& params, bool has_biases, int64_t num_layers, double dropout, bool training,
+              bool bidirectional, bool batch_first);
+
+class RNNBase : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return forward(x, std::nullopt).output; }
+  RNNResult forward(const Tensor& x, const std::optional<Tensor>& h0, const std::optional<Tensor>& c0 = std::nullopt);
+  void flatten_parameters() {}  // PyTorch's cuDNN layout call: nothing to do here
+  const std::vector<Tensor>& all_weights() const { return params_; }  // in rnn()'s order
+  const RNNMode mode;
+  const int64_t input_size, hidden_size, num_layers;
+  const bool bias, batch_first, bidirectional;
+  const double dropout;
+
+ protected:
+  RNNBase(RNNMode mode, const char* name, int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first,
+          double dropout, bool bidirectional);
+
+ private:
+  std::vector<Tensor> params_;
+};
+class RNN : public RNNBase {
+ public:
+  // nonlinearity "tanh" or "relu"
+  RNN(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, const std::string& nonlinearity = "tanh", bool bias = true,
+      bool batch_first = false, double dropout = 0.0, bool bidirectional = false);
+};
+class LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
+       double dropout = 0.0, bool bidirectional = false);
+};
+class GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
+      double dropout = 0.0, bool bidirectional = false);
+};
+
+// torch.nn.RNNCell, LSTMCell, GRUCell: one step. x (N, H_in) or unbatched (H_in); h and c (N, H) or (H),
+// zeros when not given. Parameters weight_ih (G*H, H_in), weight_hh (G*H, H), bias_ih, bias_hh.
+class RNNCellBase : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return step(x, std::nullopt, std::nullopt).first; }
+  // h' and, for an LSTMCell, c'.
+  std::pair<Tensor, std::optional<Tensor>> step(const Tensor& x, std::optional<Tensor> h, std::optional<Tensor> c);
+  Tensor weight_ih, weight_hh;
+  std::optional<Tensor> bias_ih, bias_hh;
+  const RNNMode mode;
+  const int64_t input_size, hidden_size;
+
+ protected:
+  RNNCellBase(RNNMode mode, const char* name, int64_t input_size, int64_t hidden_size, bool bias);
+};
+class RNNCell : public RNNCellBase {
+ public:
+  RNNCell(int64_t input_size, int64_t hidden_size, bool bias = true, const std::string& nonlinearity = "tanh");
+  using RNNCellBase::forward;
+  Tensor forward(const Tensor& x, const Tensor& h) { return step(x, h, std::nullopt).first; }
+};
+class GRUCell : public RNNCellBase {
+ public:
+  GRUCell(int64_t input_size, int64_t hidden_size, bool bias = true);
+  using RNNCellBase::forward;
+  Tensor forward(const Tensor& x, const Tensor& h) { return step(x, h, std::nullopt).first; }
+};
+class LSTMCell : public RNNCellBase {
+ public:
+  LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true);
+  using RNNCellBase::forward;
+  std::pair<Tensor, Tensor> forward(const Tensor& x, const std::pair<Tensor, Tensor>& hc) {
+    auto [h, c] = step(x, hc.first, hc.second);
+    return {h, *c};
+  }
+};
+
+// U(-bound, bound) from kiln's seeded RNG: PyTorch's default initializations draw from it.
+Tensor init_uniform(const Shape& shape, double bound);
+
 // --- losses (mean over the batch unless said otherwise) --------------------------------------
 enum class Reduction { Mean, Sum, None };
 // logits (N, C) or (N, C, d1, ...) and integer class targets (N) or (N, d1, ...); targets equal to

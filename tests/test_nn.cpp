@@ -674,3 +674,110 @@ TEST_CASE("checkpoint: 2N steps equal N steps, save, load into a fresh model, N 
   for (auto& [name, t] : oa) CHECK(t.to_bytes() == ob.at(name).to_bytes());
   CHECK(straight->opt->lr == resumed->opt->lr);
 }
+
+TEST_CASE("nn: RNN, LSTM and GRU modules: PyTorch's parameters, a host reference, Jit training and errors", "[nn]") {
+  // Values and gradients against libtorch's at::lstm / at::gru / at::rnn_* are in tests/torch (test_grad.cpp).
+  nn::LSTM lstm(5, 8, 2, true, /*batch_first=*/true, 0.0, /*bidirectional=*/true);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : lstm.named_parameters()) names.push_back(name);
+  std::vector<std::string> want;
+  for (std::string layer : {"_l0", "_l0_reverse", "_l1", "_l1_reverse"})
+    for (std::string p : {"weight_ih", "weight_hh", "bias_ih", "bias_hh"}) want.push_back(p + layer);
+  CHECK(names == want);
+  CHECK(lstm.state_dict().at("weight_ih_l0").shape() == Shape{32, 5});
+  CHECK(lstm.state_dict().at("weight_ih_l1").shape() == Shape{32, 16});  // both directions of layer 0 feed it
+  CHECK(lstm.state_dict().at("weight_hh_l1_reverse").shape() == Shape{32, 8});
+  for (float w : lstm.state_dict().at("weight_hh_l0").to_vector<float>()) CHECK(std::abs(w) <= 1 / std::sqrt(8.0));
+  Tensor x = Tensor::from_vector(randoms(3 * 4 * 5, 21), {3, 4, 5});  // (N, L, H_in): batch_first
+  nn::RNNResult r = lstm.forward(x, std::nullopt);
+  CHECK(r.output.shape() == Shape{3, 4, 16});
+  CHECK(r.h_n.shape() == Shape{4, 3, 8});
+  REQUIRE(r.c_n);
+  CHECK(r.c_n->shape() == Shape{4, 3, 8});
+  CHECK(lstm(x).to_vector<float>() == r.output.to_vector<float>());
+  // The last step of the forward direction of the last layer is its h_n.
+  std::vector<float> out = r.output.to_vector<float>(), h_n = r.h_n.to_vector<float>();
+  for (int64_t n = 0; n < 3; ++n)
+    for (int64_t j = 0; j < 8; ++j) CHECK(out[static_cast<size_t>((n * 4 + 3) * 16 + j)] == h_n[static_cast<size_t>((2 * 3 + n) * 8 + j)]);
+
+  // A one-layer tanh RNN against a double-precision loop over its own parameters.
+  nn::RNN rnn(3, 2);
+  const int64_t L = 4, N = 2;
+  std::vector<float> xv = randoms(L * N * 3, 22);
+  std::map<std::string, Tensor> p = rnn.state_dict();
+  std::vector<float> wi = p.at("weight_ih_l0").to_vector<float>(), wh = p.at("weight_hh_l0").to_vector<float>();
+  std::vector<float> bi = p.at("bias_ih_l0").to_vector<float>(), bh = p.at("bias_hh_l0").to_vector<float>();
+  std::vector<double> h(N * 2, 0.0), expected;
+  for (int64_t t = 0; t < L; ++t) {
+    std::vector<double> next(N * 2);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < 2; ++j) {
+        double a = bi[j] + bh[j];
+        for (int64_t i = 0; i < 3; ++i) a += wi[j * 3 + i] * xv[(t * N + n) * 3 + i];
+        for (int64_t k = 0; k < 2; ++k) a += wh[j * 2 + k] * h[n * 2 + k];
+        next[n * 2 + j] = std::tanh(a);
+      }
+    h = next;
+    expected.insert(expected.end(), h.begin(), h.end());
+  }
+  std::vector<float> got = rnn(Tensor::from_vector(xv, {L, N, 3})).to_vector<float>();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(1e-6));
+
+  // Dropout between layers only when training.
+  nn::GRU gru(5, 6, 2, true, false, 0.5);
+  Tensor seq = Tensor::from_vector(randoms(4 * 2 * 5, 23), {4, 2, 5});
+  gru.eval();
+  CHECK(gru(seq).to_vector<float>() == gru(seq).to_vector<float>());
+  gru.train();
+  CHECK(gru(seq).to_vector<float>() != gru(seq).to_vector<float>());
+
+  // A GRU regression step captured by a Jit gives the eager steps' losses.
+  auto losses = [&](bool captured) {
+    Tensor::manual_seed(5);
+    nn::GRU model(5, 6, 1, true, true);
+    nn::Linear head(6, 1);
+    std::vector<Tensor> params = model.parameters();
+    for (const Tensor& t : head.parameters()) params.push_back(t);
+    optim::Adam opt(params, 0.01);
+    auto step = [&](const std::vector<Tensor>& in) {
+      Tensor y = head(model(in[0]).shrink({{0, 2}, {3, 4}, {0, 6}}).reshape({2, 6}));
+      Tensor loss = nn::mse_loss(y, in[1]);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      return std::vector<Tensor>{loss};
+    };
+    Jit jit(step);
+    std::vector<float> out;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<Tensor> in = {Tensor::from_vector(randoms(2 * 4 * 5, 30 + i), {2, 4, 5}), Tensor::from_vector(randoms(2, 40 + i), {2, 1})};
+      out.push_back((captured ? jit(in) : step(in))[0].item<float>());
+    }
+    return out;
+  };
+  std::vector<float> eager = losses(false), replayed = losses(true);
+  for (size_t i = 0; i < eager.size(); ++i) CHECK(replayed[i] == Approx(eager[i]).epsilon(1e-5));
+
+  // Cells: the one-step forms agree with a one-step sequence of the same parameters.
+  nn::LSTMCell cell(5, 8);
+  auto [h1, c1] = cell.forward(x.shrink({{0, 3}, {0, 1}, {0, 5}}).reshape({3, 5}), {Tensor::zeros({3, 8}), Tensor::zeros({3, 8})});
+  std::vector<Tensor> weights = {cell.weight_ih, cell.weight_hh, *cell.bias_ih, *cell.bias_hh};
+  nn::RNNResult one = nn::rnn(nn::RNNMode::LSTM, x.shrink({{0, 3}, {0, 1}, {0, 5}}), std::nullopt, std::nullopt, weights, true, 1, 0.0,
+                              false, false, true);
+  std::vector<float> a = h1.to_vector<float>(), b = one.h_n.to_vector<float>();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
+  CHECK(c1.shape() == Shape{3, 8});
+
+  // Errors name the layer, the shapes and the fix.
+  CHECK_THROWS_WITH(lstm(Tensor::zeros({3, 4, 6})), Catch::Contains("LSTM: input has 6 features per step"));
+  CHECK_THROWS_WITH(lstm(Tensor::zeros({3, 4, 5, 1})), Catch::Contains("LSTM: expected a 3-D input"));
+  CHECK_THROWS_WITH(lstm.forward(x, Tensor::zeros({2, 3, 8})), Catch::Contains("h0 has shape (2, 3, 8), expected (4, 3, 8)"));
+  CHECK_THROWS_WITH(gru.forward(seq, std::nullopt, Tensor::zeros({2, 2, 6})), Catch::Contains("only an LSTM has one"));
+  CHECK_THROWS_WITH(nn::RNN(3, 2, 1, "sigmoid"), Catch::Contains("nonlinearity \"sigmoid\" is not \"tanh\" or \"relu\""));
+  CHECK_THROWS_WITH(nn::LSTM(3, 0), Catch::Contains("hidden_size 0 must be positive"));
+  CHECK_THROWS_WITH(nn::GRU(3, 2, 0), Catch::Contains("num_layers 0 must be positive"));
+  CHECK_THROWS_WITH(cell.forward(Tensor::zeros({3, 4}), {Tensor::zeros({3, 8}), Tensor::zeros({3, 8})}),
+                    Catch::Contains("LSTMCell: expected an input (N, 5)"));
+}

@@ -556,6 +556,98 @@ TEST_CASE("torch: TransformerEncoderLayer equals PyTorch's fused encoder layer, 
   batch.run();
 }
 
+TEST_CASE("torch: RNN, LSTM and GRU equal at::rnn_tanh, at::rnn_relu, at::lstm and at::gru, values and gradients", "[torch][nn]") {
+  // Every input and parameter's gradient, through two stacked bidirectional layers of 4 steps, one
+  // batch-first layer without biases, and an unbatched sequence (torch's functions take it as N = 1).
+  // Tolerance: each step sums up to 8 + 5 products and the recurrence chains 4 of them: 64 units.
+  Source src(131);
+  Batch batch;
+  struct Config {
+    int64_t layers;
+    bool bidirectional, batch_first, biases, unbatched;
+  };
+  const int64_t L = 4, N = 3, I = 5, H = 8;
+  for (nn::RNNMode mode : {nn::RNNMode::RNN_TANH, nn::RNNMode::RNN_RELU, nn::RNNMode::LSTM, nn::RNNMode::GRU})
+    for (Config c : {Config{2, true, false, true, false}, Config{1, false, true, false, false}, Config{1, false, false, true, true}})
+      for (at::ScalarType dt : kGradDtypes) {
+        const bool lstm = mode == nn::RNNMode::LSTM;
+        const int64_t G = lstm ? 4 : mode == nn::RNNMode::GRU ? 3 : 1, dirs = c.bidirectional ? 2 : 1, n = c.unbatched ? 1 : N;
+        std::vector<at::Tensor> in;  // x, h0, (c0), then the parameters in at::lstm's order
+        in.push_back(src.values(c.batch_first ? std::vector<int64_t>{n, L, I} : std::vector<int64_t>{L, n, I}, dt, Values::Finite));
+        in.push_back(src.values({c.layers * dirs, n, H}, dt, Values::Finite) * 0.5);
+        if (lstm) in.push_back(src.values({c.layers * dirs, n, H}, dt, Values::Finite) * 0.5);
+        const size_t first_param = in.size();
+        for (int64_t layer = 0; layer < c.layers; ++layer)
+          for (int64_t d = 0; d < dirs; ++d) {
+            int64_t inputs = layer == 0 ? I : H * dirs;
+            in.push_back(src.values({G * H, inputs}, dt, Values::Finite) * 0.4);
+            in.push_back(src.values({G * H, H}, dt, Values::Finite) * 0.4);
+            if (c.biases) {
+              in.push_back(src.values({G * H}, dt, Values::Finite) * 0.2);
+              in.push_back(src.values({G * H}, dt, Values::Finite) * 0.2);
+            }
+          }
+        auto k = [&](const std::vector<Tensor>& v) {
+          std::vector<Tensor> params(v.begin() + static_cast<std::ptrdiff_t>(first_param), v.end());
+          Tensor x = c.unbatched ? v[0].squeeze(1) : v[0], h0 = c.unbatched ? v[1].squeeze(1) : v[1];
+          std::optional<Tensor> c0;
+          if (lstm) c0 = c.unbatched ? v[2].squeeze(1) : v[2];
+          nn::RNNResult r = nn::rnn(mode, x, h0, c0, params, c.biases, c.layers, 0.0, false, c.bidirectional, c.batch_first);
+          std::vector<Tensor> parts = {r.output.flatten(), r.h_n.flatten()};
+          if (r.c_n) parts.push_back(r.c_n->flatten());
+          return Tensor::cat(parts, 0);
+        };
+        auto t = [&](const std::vector<at::Tensor>& v) {
+          std::vector<at::Tensor> params(v.begin() + static_cast<std::ptrdiff_t>(first_param), v.end());
+          if (lstm) {
+            auto [out, h_n, c_n] = at::lstm(v[0], {v[1], v[2]}, params, c.biases, c.layers, 0.0, false, c.bidirectional, c.batch_first);
+            return at::cat({out.flatten(), h_n.flatten(), c_n.flatten()});
+          }
+          std::tuple<at::Tensor, at::Tensor> r =
+              mode == nn::RNNMode::GRU        ? at::gru(v[0], v[1], params, c.biases, c.layers, 0.0, false, c.bidirectional, c.batch_first)
+              : mode == nn::RNNMode::RNN_TANH ? at::rnn_tanh(v[0], v[1], params, c.biases, c.layers, 0.0, false, c.bidirectional, c.batch_first)
+                                              : at::rnn_relu(v[0], v[1], params, c.biases, c.layers, 0.0, false, c.bidirectional, c.batch_first);
+          return at::cat({std::get<0>(r).flatten(), std::get<1>(r).flatten()});
+        };
+        std::string what = cat(lstm ? "lstm" : mode == nn::RNNMode::GRU ? "gru" : mode == nn::RNNMode::RNN_TANH ? "rnn_tanh" : "rnn_relu",
+                               " layers ", c.layers, c.bidirectional ? " bidirectional" : "", c.batch_first ? " batch_first" : "",
+                               c.biases ? "" : " no biases", c.unbatched ? " unbatched" : "");
+        batch.check(cat(what, " ", name(dt)), k([&] {
+                      std::vector<Tensor> kin;
+                      for (const at::Tensor& a : in) kin.push_back(to_kiln(a));
+                      return kin;
+                    }()),
+                    t(in), normwise(t(in), 64, dt));
+        check_grad(batch, src, what, in, k, t, 64);
+      }
+  // The cells, as modules fed the same parameters: at::lstm_cell, at::gru_cell, at::rnn_tanh_cell.
+  for (nn::RNNMode mode : {nn::RNNMode::RNN_TANH, nn::RNNMode::LSTM, nn::RNNMode::GRU}) {
+    std::shared_ptr<nn::RNNCellBase> cell;
+    if (mode == nn::RNNMode::LSTM) cell = std::make_shared<nn::LSTMCell>(I, H);
+    else if (mode == nn::RNNMode::GRU) cell = std::make_shared<nn::GRUCell>(I, H);
+    else cell = std::make_shared<nn::RNNCell>(I, H);
+    std::map<std::string, Tensor> state;
+    std::map<std::string, at::Tensor> p;
+    for (const auto& [key, value] : cell->state_dict()) {
+      p[key] = src.values(sizes_of(value.shape()), at::kFloat, Values::Finite) * 0.4;
+      state[key] = to_kiln(p[key]);
+    }
+    cell->load_state_dict(state);
+    at::Tensor x = src.values({N, I}, at::kFloat, Values::Finite), h = src.values({N, H}, at::kFloat, Values::Finite);
+    at::Tensor c = src.values({N, H}, at::kFloat, Values::Finite);
+    auto [kh, kc] = cell->step(to_kiln(x), to_kiln(h), mode == nn::RNNMode::LSTM ? std::optional<Tensor>(to_kiln(c)) : std::nullopt);
+    at::Tensor want = mode == nn::RNNMode::LSTM ? std::get<0>(at::lstm_cell(x, {h, c}, p["weight_ih"], p["weight_hh"], p["bias_ih"], p["bias_hh"]))
+                      : mode == nn::RNNMode::GRU ? at::gru_cell(x, h, p["weight_ih"], p["weight_hh"], p["bias_ih"], p["bias_hh"])
+                                             : at::rnn_tanh_cell(x, h, p["weight_ih"], p["weight_hh"], p["bias_ih"], p["bias_hh"]);
+    batch.check(cat("cell ", static_cast<int>(mode), " h'"), kh, want, normwise(want, 32, at::kFloat));
+    if (mode == nn::RNNMode::LSTM) {
+      at::Tensor want_c = std::get<1>(at::lstm_cell(x, {h, c}, p["weight_ih"], p["weight_hh"], p["bias_ih"], p["bias_hh"]));
+      batch.check("LSTMCell c'", *kc, want_c, normwise(want_c, 32, at::kFloat));
+    }
+  }
+  batch.run();
+}
+
 // --- ties and kinks: the conventions -------------------------------------------------------------
 
 TEST_CASE("torch grad: ties in max/min reductions are split evenly, as torch.amax and torch 1.13's max()", "[torch][grad]") {
