@@ -186,6 +186,28 @@ TEST_CASE("a reduce read through a pad is stored: a cat of two sums is two reduc
   }
 }
 
+TEST_CASE("an elementwise piece of a stack is stored when the stack's gate would discard most of its work", "[schedule]") {
+  // Stacking 8 pieces pads each 8-fold: fused, the stack's kernel computes every piece for every element
+  // and keeps 1/8. A piece of 8 ALU ops (8 x 8 > 32) is stored; a piece of one op stays fused.
+  Tensor x = rand_like_shape({8, 64}) * 0.1;
+  std::vector<Tensor> heavy, light;
+  for (int64_t t = 0; t < 8; ++t) {
+    Tensor row = x.shrink({{t, t + 1}, {0, 64}}).reshape({64});
+    heavy.push_back(((row * 2.0 + 1.0).sigmoid() * row).tanh());
+    light.push_back(row + 1.0);
+  }
+  Tensor h = Tensor::stack(heavy, 0), l = Tensor::stack(light, 0);
+  CHECK(kernels({h}) == 9);
+  CHECK(kernels({l}) == 1);
+  std::vector<float> got = h.to_vector<float>(), xs = x.to_vector<float>(), lg = l.to_vector<float>();
+  REQUIRE(got.size() == xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    double v = xs[i];
+    CHECK(got[i] == Approx(std::tanh(v / (1 + std::exp(-(2 * v + 1))))).margin(1e-6));
+    CHECK(lg[i] == Approx(v + 1).margin(1e-6));
+  }
+}
+
 TEST_CASE("intermediate buffers are freed after their last reader", "[schedule]") {
   Tensor a = rand_like_shape({8, 32});
   Schedule s = Tensor::schedule({a.softmax(1)});
