@@ -76,6 +76,11 @@ constexpr int kMaxRecomputeOps = 32;
 // memory operand (MLP 784-512-512-10: that matmul ran at ~120 GFLOP/s against ~250 for the others;
 // `kiln bench train --quick --only mlp`, 3 rounds alternating: 159, 158, 147 -> 209, 181, 227 steps/s).
 constexpr int kMaxBroadcastOps = 4;
+// A region that would fuse more than this many reductions stores each in its own kernel: fused, they
+// run one after another in one kernel, each without the tiling it would get alone. The gradient of a
+// weight used at every step of an RNN is such a sum of one matmul per step (frontend/autograd.cpp
+// reduces the parts of a broadcast's gradient separately past four).
+constexpr int kMaxFusedReduces = 4;
 // An elementwise node used outside its region is also stored when recomputing it reads more than this
 // many full-size buffers: each region that recomputes it reads them all again, where stored it costs one
 // write and one read per region. A transformer's residual stream x + attn + mlp + ... is such a node:
@@ -212,7 +217,8 @@ class Scheduler {
     if (u->op == Op::CONTIGUOUS || u->op == Op::COPY || u->op == Op::ASSIGN || u->op == Op::SCATTER_ADD) return true;
     int users = users_[u.get()];
     if (u->op == Op::REDUCE_AXIS)
-      return p.expanded || p.padded || (p.permuted && reads_through_pad(u)) || p.in_reduce || p.shared || users > 1;
+      return p.expanded || p.padded || (p.permuted && reads_through_pad(u)) || p.in_reduce || p.shared || users > 1 ||
+             region_reduces_ > kMaxFusedReduces;
     if (!is_alu(u->op)) return false;
     bool broadcast = p.expanded && p.in_reduce;
     bool padded = p.pad_growth > 1;
@@ -230,6 +236,7 @@ class Scheduler {
   // bound: a node stored later moves its sources' consumers to its own region).
   void count_region_users(const UOpPtr& root) {
     region_users_.clear();
+    region_reduces_ = count_outer_reduces(root);
     std::vector<UOpPtr> stack(root->src.begin(), root->src.end());
     std::unordered_set<const UOp*> seen;
     while (!stack.empty()) {
@@ -239,6 +246,25 @@ class Scheduler {
       if (!seen.insert(u.get()).second || is_leaf(u) || stored_.count(u.get())) continue;
       for (const UOpPtr& s : u->src) stack.push_back(s);
     }
+  }
+
+  // The reductions root's region would fuse side by side: those reached without passing through
+  // another (a reduction read inside one is stored anyway).
+  int count_outer_reduces(const UOpPtr& root) {
+    int n = 0;
+    std::vector<UOpPtr> stack(root->src.begin(), root->src.end());
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty()) {
+      UOpPtr u = std::move(stack.back());
+      stack.pop_back();
+      if (!seen.insert(u.get()).second || is_leaf(u) || stored_.count(u.get())) continue;
+      if (u->op == Op::REDUCE_AXIS) {
+        ++n;
+        continue;
+      }
+      for (const UOpPtr& s : u->src) stack.push_back(s);
+    }
+    return n;
   }
 
   // What recomputing u costs: the ALU ops of its region (counted up to kMaxRecomputeOps + 1, where the
@@ -445,6 +471,7 @@ class Scheduler {
   ShapeCache shapes_;
   std::unordered_map<const UOp*, int> users_;
   std::unordered_map<const UOp*, int> region_users_;  // consumers inside the region being explored
+  int region_reduces_ = 0;                            // the reductions it would fuse side by side (an upper bound)
   std::unordered_set<const UOp*> visited_;
   std::unordered_set<const UOp*> stored_;
   std::vector<UOpPtr> roots_;

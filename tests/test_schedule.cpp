@@ -208,6 +208,37 @@ TEST_CASE("an elementwise piece of a stack is stored when the stack's gate would
   }
 }
 
+TEST_CASE("a weight used at many steps gets its gradient as one matmul per step, each in its own kernel", "[schedule]") {
+  // An RNN's W_hh: one EXPAND node (interned) read by every step's matmul. Its gradient parts are
+  // reduced one by one past four (frontend/autograd.cpp), and a region fusing more than four reductions
+  // stores each (kMaxFusedReduces): summed first, they were one reduction over an 8-term sum of
+  // products, which no tiling fits.
+  Tensor w = rand_like_shape({6, 5}).requires_grad_();
+  std::vector<Tensor> xs;
+  Tensor loss = Tensor::zeros({});
+  for (int t = 0; t < 8; ++t) {
+    xs.push_back(rand_like_shape({4, 6}) * (0.1 * (t + 1)));
+    loss = loss + (xs.back().matmul(w) * static_cast<double>(t + 1)).sum();
+  }
+  loss.backward();
+  Tensor g = *w.grad();
+  size_t reductions = 0;
+  for (const ScheduleItem& item : Tensor::schedule({g}).items)
+    if (item.kind == ScheduleItem::Kind::Kernel && item.ast != nullptr)
+      for (const UOpPtr& u : toposort(item.ast)) reductions += u->op == Op::REDUCE;
+  CHECK(reductions >= 8);
+  // d loss / d w[i][j] = sum_t (t + 1) sum_n x_t[n][i].
+  std::vector<float> got = g.to_vector<float>();
+  for (int64_t i = 0; i < 6; ++i) {
+    double want = 0;
+    for (int t = 0; t < 8; ++t) {
+      std::vector<float> x = xs[static_cast<size_t>(t)].to_vector<float>();
+      for (int64_t n = 0; n < 4; ++n) want += (t + 1) * x[static_cast<size_t>(n * 6 + i)];
+    }
+    for (int64_t j = 0; j < 5; ++j) CHECK(got[static_cast<size_t>(i * 5 + j)] == Approx(want).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("intermediate buffers are freed after their last reader", "[schedule]") {
   Tensor a = rand_like_shape({8, 32});
   Schedule s = Tensor::schedule({a.softmax(1)});
