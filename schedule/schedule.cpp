@@ -248,22 +248,32 @@ class Scheduler {
     }
   }
 
-  // The reductions root's region would fuse side by side: those reached without passing through
-  // another (a reduction read inside one is stored anyway).
-  int count_outer_reduces(const UOpPtr& root) {
-    int n = 0;
+  // Walks the nodes below root that its region computes (not leaves, not stored nodes), each once;
+  // `visit` says whether to go on below the node, skip what lies below it, or stop the walk.
+  enum class Walk { Below, Skip, Stop };
+  template <typename Visit>
+  void walk_region(const UOpPtr& root, Visit visit) {
     std::vector<UOpPtr> stack(root->src.begin(), root->src.end());
     std::unordered_set<const UOp*> seen;
     while (!stack.empty()) {
       UOpPtr u = std::move(stack.back());
       stack.pop_back();
       if (!seen.insert(u.get()).second || is_leaf(u) || stored_.count(u.get())) continue;
-      if (u->op == Op::REDUCE_AXIS) {
-        ++n;
-        continue;
-      }
-      for (const UOpPtr& s : u->src) stack.push_back(s);
+      Walk next = visit(u);
+      if (next == Walk::Stop) return;
+      if (next == Walk::Below) stack.insert(stack.end(), u->src.begin(), u->src.end());
     }
+  }
+
+  // The reductions root's region would fuse side by side: those reached without passing through
+  // another (a reduction read inside one is stored anyway).
+  int count_outer_reduces(const UOpPtr& root) {
+    int n = 0;
+    walk_region(root, [&](const UOpPtr& u) {
+      if (u->op != Op::REDUCE_AXIS) return Walk::Below;
+      ++n;
+      return Walk::Skip;
+    });
     return n;
   }
 
@@ -336,17 +346,14 @@ class Scheduler {
 
   // Whether u's region reads something through a PAD that adds elements (loads gated per element).
   bool reads_through_pad(const UOpPtr& u) {
-    std::vector<UOpPtr> stack(u->src.begin(), u->src.end());
-    std::unordered_set<const UOp*> seen;
-    while (!stack.empty()) {
-      UOpPtr n = std::move(stack.back());
-      stack.pop_back();
-      if (!seen.insert(n.get()).second || is_leaf(n) || stored_.count(n.get())) continue;
-      if (n->op == Op::PAD && numel(shapes_(n)) != numel(shapes_(n->src[0]))) return true;
-      stack.insert(stack.end(), n->src.begin(), n->src.end());
-    }
-    return false;
+    bool found = false;
+    walk_region(u, [&](const UOpPtr& n) {
+      found = n->op == Op::PAD && numel(shapes_(n)) != numel(shapes_(n->src[0]));
+      return found ? Walk::Stop : Walk::Below;
+    });
+    return found;
   }
+
 
   // Whether a PERMUTE moves axes of more than one element relative to each other.
   bool reorders(const UOpPtr& permute) {
