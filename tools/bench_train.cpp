@@ -125,6 +125,24 @@ double transformer_flops() {
   return 2.0 * (kBlocks * per_token * kSeq + kDim * 10.0);
 }
 
+// Token ids -> Embedding -> LSTM (batch first) -> Linear on the last hidden state, as a PyTorch user
+// writes a sequence classifier. The LSTM unrolls into 64 steps of graph; the Jit replays them.
+class LstmClassifier : public nn::Module {
+ public:
+  LstmClassifier(int64_t vocab, int64_t d, int64_t hidden)
+      : tok(register_module("tok", std::make_shared<nn::Embedding>(vocab, d))),
+        rnn(register_module("rnn", std::make_shared<nn::LSTM>(d, hidden, 1, true, /*batch_first=*/true))),
+        head(register_module("head", std::make_shared<nn::Linear>(hidden, 10))) {}
+  Tensor forward(const Tensor& tokens) override {
+    nn::RNNResult r = rnn->forward(tok->forward(tokens.cast(dtypes::int32)), std::nullopt);
+    return head->forward(r.h_n.reshape({tokens.shape()[0], rnn->hidden_size}));
+  }
+  std::shared_ptr<nn::Embedding> tok;
+  std::shared_ptr<nn::LSTM> rnn;
+  std::shared_ptr<nn::Linear> head;
+};
+double lstm_flops() { return 2.0 * (kSeq * 4.0 * kDim * (kDim + kDim) + kDim * 10.0); }  // gates over x and h, head
+
 // torchvision's ResNet BasicBlock: conv3x3-BN-ReLU-conv3x3-BN, plus the input (through a strided 1x1
 // conv and BN where the shape changes), then ReLU.
 class BasicBlock : public nn::Module {
@@ -430,12 +448,14 @@ void run_bench_train(const BenchOptions& options) {
        transformer_flops(), kVocab},
       {"ResNet (stem + 2 BasicBlocks, CIFAR-shaped), Adam", "resnet", OptimKind::Adam, 1e-3, [] { return std::make_shared<SmallResNet>(); },
        {32, 3, 32, 32}, resnet_flops()},
+      {"LSTM classifier (Embedding 1000 x 128, LSTM 128, seq 64), Adam", "lstm", OptimKind::Adam, 1e-3,
+       [] { return std::make_shared<LstmClassifier>(kVocab, kDim, kDim); }, {32, kSeq}, lstm_flops(), kVocab},
   };
   std::vector<ModelResult> results;
   for (const ModelCase& m : cases)
     if (options.only.empty() || m.name.find(options.only) != std::string::npos || m.torch_model.find(options.only) != std::string::npos)
       results.push_back(child || !torch.create ? run_model(m, torch, warmup, rounds, steps) : best_of_children(options, m));
-  if (results.empty()) throw Error(cat("kiln bench train --only ", options.only, ": no model matches (mlp, torch_cnn, demo_cnn, transformer, resnet)"));
+  if (results.empty()) throw Error(cat("kiln bench train --only ", options.only, ": no model matches (mlp, torch_cnn, demo_cnn, transformer, resnet, lstm)"));
   double peak = ref.peak_gflops(options.quick ? 3 : 5);
 
   if (options.json) {

@@ -90,7 +90,7 @@ Run setup_bench(CLI::App& command) {
   auto options = std::make_shared<BenchOptions>();
   command.add_flag("--quick", options->quick, "fewer runs and a smaller matmul: under 20 s instead of under 2 minutes");
   command.add_flag("--json", options->json, "print the report as JSON instead of one line per workload");
-  command.add_option("--only", options->only, "only the workloads whose name contains this (kernels: \"realize\"; train: a model key mlp, torch_cnn, demo_cnn, transformer, resnet; sweep: a group and name, \"conv dx N8\")");
+  command.add_option("--only", options->only, "only the workloads whose name contains this (kernels: \"realize\"; train: a model key mlp, torch_cnn, demo_cnn, transformer, resnet, lstm; sweep: a group and name, \"conv dx N8\")");
   command.add_option("--omp-child", options->omp_child)->group("");  // internal: kiln bench train runs each model in children
   command.add_flag("--dist-child", options->dist_child)->group("");  // internal: kiln bench dist's ranks under mpirun
   auto suite = std::make_shared<std::string>("kernels");

@@ -15,6 +15,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/modules/pooling.h>
+#include <torch/nn/modules/rnn.h>
 #include <torch/nn/modules/container/functional.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -133,6 +134,21 @@ struct SmallResNetImpl : nn::Module {
   nn::Linear fc;
 };
 
+// Embedding -> LSTM (batch first) -> Linear on the last hidden state (bench_train.cpp's LstmClassifier).
+struct LstmClassifierImpl : nn::Module {
+  LstmClassifierImpl(int64_t vocab, int64_t d, int64_t hidden)
+      : tok(register_module("tok", nn::Embedding(vocab, d))),
+        rnn(register_module("rnn", nn::LSTM(nn::LSTMOptions(d, hidden).batch_first(true)))),
+        head(register_module("head", nn::Linear(hidden, 10))) {}
+  at::Tensor forward(const at::Tensor& tokens) {
+    auto [out, state] = rnn->forward(tok->forward(tokens.to(at::kLong)));
+    return head->forward(std::get<0>(state).squeeze(0));
+  }
+  nn::Embedding tok;
+  nn::LSTM rnn;
+  nn::Linear head;
+};
+
 template <typename M>
 Model custom(std::shared_ptr<M> m) {
   return {m, [m](const at::Tensor& x) { return m->forward(x); }};
@@ -156,7 +172,8 @@ Model make_model(const std::string& name) {
                                       {"fc1", nn::Linear(32 * 7 * 7, 128)}, {"relu3", nn::ReLU()}, {"fc2", nn::Linear(128, 10)}}));
   if (name == "transformer") return custom(std::make_shared<TransformerClassifierImpl>(1000, 64, 128, 4, 512, 2));
   if (name == "resnet") return custom(std::make_shared<SmallResNetImpl>());
-  throw std::runtime_error("unknown model " + name + " (mlp, torch_cnn, demo_cnn, transformer, resnet)");
+  if (name == "lstm") return custom(std::make_shared<LstmClassifierImpl>(1000, 128, 128));
+  throw std::runtime_error("unknown model " + name + " (mlp, torch_cnn, demo_cnn, transformer, resnet, lstm)");
 }
 
 void say(char* error, size_t length, const std::string& what) {
