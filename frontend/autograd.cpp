@@ -237,9 +237,9 @@ std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr
   constexpr size_t kMaxSummedParts = 4;
   std::unordered_map<const UOp*, std::vector<UOpPtr>> expand_parts;
   auto add_gradient = [&](const UOp* s, const UOpPtr& part) {
-    if (s->op == Op::EXPAND) expand_parts[s].push_back(part);
     auto [slot, fresh] = grad.try_emplace(s, part);
-    if (!fresh) slot->second = (ctx.t(slot->second) + ctx.t(part)).uop();
+    if (s->op == Op::EXPAND) expand_parts[s].push_back(part);  // summed (or not) when s is reached
+    else if (!fresh) slot->second = (ctx.t(slot->second) + ctx.t(part)).uop();
   };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const UOpPtr& u = *it;
@@ -248,14 +248,16 @@ std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr
     bool inner = false;
     for (const UOpPtr& s : u->src) inner = inner || on_path.count(s.get()) > 0;
     if (!inner) continue;  // a target with nothing to differentiate below it
-    if (auto parts = expand_parts.find(u.get());
-        parts != expand_parts.end() && parts->second.size() > kMaxSummedParts && !custom_gradient_of(u.get())) {
-      for (const UOpPtr& part : parts->second) {
-        ctx.grad = part;
-        auto fired = pm_gradient().rewrite(u, &ctx);
-        add_gradient(u->src[0].get(), fired->replacement->src[0]);
+    if (auto parts = expand_parts.find(u.get()); parts != expand_parts.end()) {
+      if (parts->second.size() > kMaxSummedParts && !custom_gradient_of(u.get())) {
+        for (const UOpPtr& part : parts->second) {
+          ctx.grad = part;
+          auto fired = pm_gradient().rewrite(u, &ctx);
+          add_gradient(u->src[0].get(), fired->replacement->src[0]);
+        }
+        continue;
       }
-      continue;
+      for (size_t i = 1; i < parts->second.size(); ++i) g->second = (ctx.t(g->second) + ctx.t(parts->second[i])).uop();
     }
     ctx.grad = g->second;
     if (std::optional<CustomGradient> custom = u.get() == plain ? std::nullopt : custom_gradient_of(u.get())) {

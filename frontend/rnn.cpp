@@ -74,24 +74,18 @@ void check_state(const char* op, const char* what, const Tensor& state, const Sh
                           " on ", input.device(), "; they must match"));
 }
 
-const char* mode_name(RNNMode mode) {
-  switch (mode) {
-    case RNNMode::RNN_TANH:
-    case RNNMode::RNN_RELU:
-      return "RNN";
-    case RNNMode::LSTM:
-      return "LSTM";
-    case RNNMode::GRU:
-      return "GRU";
-  }
-  return "RNN";
+// The layer's name in errors (LSTM, GRU, RNN), or its cell's (LSTMCell, ...).
+std::string mode_name(RNNMode mode, bool cell = false) {
+  std::string name = mode == RNNMode::LSTM ? "LSTM" : mode == RNNMode::GRU ? "GRU" : "RNN";
+  return cell ? name + "Cell" : name;
 }
 
 }  // namespace
 
 RNNResult rnn(RNNMode mode, const Tensor& input, std::optional<Tensor> h0, std::optional<Tensor> c0, const std::vector<Tensor>& params,
               bool has_biases, int64_t num_layers, double dropout, bool training, bool bidirectional, bool batch_first) {
-  const char* op = mode_name(mode);
+  const std::string name = mode_name(mode);
+  const char* op = name.c_str();
   const int64_t dirs = bidirectional ? 2 : 1, per = has_biases ? 4 : 2;
   if (num_layers <= 0) throw Error(kiln::cat(op, ": num_layers ", num_layers, " must be positive"));
   if (dropout < 0 || dropout > 1) throw Error(kiln::cat(op, ": dropout must be in [0, 1], got ", dropout));
@@ -210,7 +204,8 @@ RNNCellBase::RNNCellBase(RNNMode mode, const char* name, int64_t input_size, int
 }
 
 std::pair<Tensor, std::optional<Tensor>> RNNCellBase::step(const Tensor& x, std::optional<Tensor> h, std::optional<Tensor> c) {
-  const char* op = mode == RNNMode::LSTM ? "LSTMCell" : mode == RNNMode::GRU ? "GRUCell" : "RNNCell";
+  const std::string name = mode_name(mode, true);
+  const char* op = name.c_str();
   if ((x.ndim() != 1 && x.ndim() != 2) || x.shape().back() != input_size)
     throw Error(kiln::cat(op, ": expected an input (N, ", input_size, ") or (", input_size, "), got shape ", shape_str(x.shape())));
   if (c && mode != RNNMode::LSTM) throw Error(kiln::cat(op, ": a cell state was given; only an LSTMCell has one"));
