@@ -56,7 +56,10 @@ struct SearchOptions {
   // 4 or 8 reduce steps unrolled, spelled differently: near-equal kernels the noise still orders).
   double min_gain = 0.05;
   int max_rounds = 10;            // rounds of expansion after the starting candidates
-  int timing_runs = 3;            // a candidate's time is the minimum of this many launches
+  int timing_runs = 3;            // a candidate's time is the minimum of this many timings
+  // search_kernel: one timing is the fastest of back-to-back launches filling this long (at most 256).
+  // A single launch of a 6 us conv varied by 10-20% (waking the second thread); over 1 ms, by 2-3%.
+  double time_batch_s = 1e-3;
   double early_stop = 1.5;        // stop timing a candidate once its best run is this many times the best's
   double compile_limit_s = 20;    // a build (lower + compile + load) that took longer is disqualified
   double launch_limit_s = 2;      // a launch longer than this and than the default's is disqualified
@@ -65,6 +68,9 @@ struct SearchOptions {
   // per second); at 5 ms, 0.5 s of 1.3 s (33.5 per second), the same winner at the same full-launch speed.
   double shrink_above_s = 0.005;
   int max_checks = 6;             // winners checked against the default before search settles for it
+  // Lists faster than the default in search that are timed again beside it (confirm_runs): the ties among
+  // the fastest simplest first, so a plateau's simplest list is among them.
+  int max_contenders = 6;
   // A kernel whose default launch is faster keeps the default opts: search could save less than this per
   // launch, for seconds of compiling. 10 us: at 50, a 4x16x16x16 3x3 conv (31-35 us, 50 in a slow minute)
   // was searched in one fresh run of five, and that search made it 2.3x faster.
