@@ -102,6 +102,7 @@ struct Jit::Capture {
   struct Step {
     Program* program = nullptr;  // null and no work: host work over the slots (`host`: a copy, a scatter-add)
     LaunchDims dims;
+    std::vector<int64_t> vals;   // its launch variables
     std::string name;            // the kernel's, for KILN_DEBUG=2's timed replay
     std::vector<Slot> slots;
     std::function<void()> work;
@@ -170,7 +171,7 @@ void compare(const Recording& a, const Resolved& ra, const Recording& b, const R
   for (size_t i = 0; i < a.events.size(); ++i) {
     const Recording::Event &ea = a.events[i], &eb = b.events[i];
     if (bool(ea.work) != bool(eb.work) || ea.launch.ast != eb.launch.ast || ea.launch.program != eb.launch.program ||
-        (!ea.launch.program && ea.launch.name != eb.launch.name))
+        ea.launch.vals != eb.launch.vals || (!ea.launch.program && ea.launch.name != eb.launch.name))
       throw Error(cat("jit: launch ", i, " differs between ", a_name, " (", ea.work ? "host work" : ea.launch.name, ") and ", b_name, " (",
                       eb.work ? "host work" : eb.launch.name, "): ", fix_constant));
     for (size_t k = 0; k < ra.roles[i].size(); ++k) {
@@ -208,6 +209,7 @@ void finalize(Jit::Capture& c, Recording rec, Resolved r, const std::vector<Tens
     step.program = e.launch.program;
     step.host = e.launch.host;
     step.dims = e.launch.dims;
+    step.vals = e.launch.vals;
     step.name = e.launch.name;
     for (size_t k = 0; k < e.launch.bufs.size(); ++k) {
       const Role& role = r.roles[i][k];
@@ -277,7 +279,7 @@ std::vector<Tensor> replay(Jit::Capture& c, const std::vector<Tensor>& inputs) {
     } else {
       raws.clear();
       for (const Jit::Capture::Slot& slot : step.slots) raws.push_back(memory(slot)->raw);
-      double seconds = step.program->launch(raws, {}, step.dims, timed);
+      double seconds = step.program->launch(raws, step.vals, step.dims, timed);
       if (timed) times.emplace_back(seconds, &step.name);
     }
   }

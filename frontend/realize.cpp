@@ -296,9 +296,10 @@ void run_item(const ScheduleItem& item) {
   std::vector<RawBuffer> raws;
   for (const UOpPtr& b : item.bufs) raws.push_back(storage_of(b).raw);
   bool timed = config().debug >= 2;
-  double seconds = k.program->launch(raws, {}, k.lowered.dims, timed);
+  std::vector<int64_t> vals = launch_values(item, k.lowered.vars);
+  double seconds = k.program->launch(raws, vals, k.lowered.dims, timed);
   ++g_launched;
-  if (t_recorder) t_recorder->launch({k.program.get(), k.lowered.dims, item.ast, k.lowered.name, storages(item.bufs), {}});
+  if (t_recorder) t_recorder->launch({k.program.get(), k.lowered.dims, item.ast, k.lowered.name, storages(item.bufs), {}, std::move(vals)});
   if (timed)
     std::cerr << "kiln: " << device.spec().name << " " << k.lowered.name << "  " << seconds * 1e6 << " us  "
               << static_cast<double>(item_bytes(item)) / seconds * 1e-9 << " GB/s\n";

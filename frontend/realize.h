@@ -77,6 +77,7 @@ struct CapturedLaunch {
   std::string name;
   std::vector<std::shared_ptr<DeviceBuffer>> bufs;  // each slot's storage, output first
   std::function<void(const std::vector<DeviceBuffer*>& slots)> host;  // what a program-less item does
+  std::vector<int64_t> vals;   // the kernel's launch variables (a slice's start)
 };
 class Recorder {
  public:

@@ -114,6 +114,17 @@ UOpPtr KernelBuilder::load(const UOpPtr& buffer, const Shape& shape, const std::
   return UOp::make(Op::LOAD, buffer->dtype, {address, const_of(buffer->dtype, int64_t{0}), valid});
 }
 
+// Whether indexing u only computes addresses: down to the stored values it reads, u has no padding or
+// gather (whose gates a constant index lets the simplifier fold) and no iota (which reads the index).
+bool KernelBuilder::only_addresses(const UOpPtr& u) {
+  if (stored_buffer_(u)) return true;
+  if (auto it = only_addresses_.find(u.get()); it != only_addresses_.end()) return it->second;
+  bool ok = u->op != Op::PAD && u->op != Op::GATHER && u->op != Op::IOTA;
+  for (size_t i = 0; ok && i < u->src.size(); ++i) ok = only_addresses(u->src[i]);
+  only_addresses_[u.get()] = ok;
+  return ok;
+}
+
 UOpPtr KernelBuilder::index(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid) {
   std::vector<const UOp*> key{u.get(), valid.get()};
   for (const UOpPtr& i : idx) key.push_back(i.get());
@@ -219,8 +230,22 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
     }
     case Op::SHRINK: {
       const Pairs& p = std::get<Pairs>(u->arg);
+      // A slice (x[t], the rows of one step) starts at a launch variable: a loop over its starts is one
+      // kernel, where constants made one per start (a GRU's first step compiled 138 kernels that
+      // differed only there). Only where the variable only moves addresses (only_addresses): a slice
+      // of padded values keeps its constant, which lets the simplifier fold their gates.
+      bool memory = only_addresses(u->src[0]);
       std::vector<UOpPtr> old_idx;
-      for (size_t i = 0; i < idx.size(); ++i) old_idx.push_back(simplify(idx[i] + p[i].first));
+      for (size_t i = 0; i < idx.size(); ++i) {
+        int64_t kept = p[i].second - p[i].first, most = src_shape(0)[i] - kept;
+        UOpPtr begin = idx_const(p[i].first);
+        if (memory && most > 0) {
+          std::string name = cat("s", var_vals_.size());
+          begin = var(name, 0, most, begin->dtype);
+          var_vals_.push_back({std::move(name), p[i].first});
+        }
+        old_idx.push_back(simplify(idx[i] + begin));
+      }
       return index(u->src[0], old_idx, valid);
     }
     case Op::FLIP: {

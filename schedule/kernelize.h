@@ -10,6 +10,9 @@
 //   RESHAPE  linearize by the new shape, unflatten by the old one (the simplifier cleans // and %)
 //   PERMUTE  permute the indices          EXPAND  broadcast axes read index 0
 //   SHRINK   add the begin offsets        FLIP    size-1-i
+//            (where that only moves addresses, no padding beneath: the begin is a launch variable,
+//            DEFINE_VAR "sN" in [0, the most it can be], so x[t] for every t is one kernel; var_vals()
+//            says each one's value)
 //   PAD      subtract the before-padding; outside the source the value is 0, guarded by a validity
 //            condition that also gates the loads beneath it, so nothing out of bounds is read.
 // A fused REDUCE_AXIS opens one new RANGE per reduced axis and becomes a REDUCE over them. Stored
@@ -22,6 +25,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "schedule/shape.h"
@@ -40,18 +44,23 @@ class KernelBuilder {
   UOpPtr build(const UOpPtr& root, const UOpPtr& out_buffer, const Layout& layout = {});
   const std::vector<UOpPtr>& buffers() const { return bufs_; }
   const std::vector<UOpPtr>& output_index() const { return out_idx_; }  // build's index per axis of the root
+  // The launch variables build made (slice starts), by name, with their values.
+  const std::vector<std::pair<std::string, int64_t>>& var_vals() const { return var_vals_; }
 
  private:
   UOpPtr index(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid);
   UOpPtr index_uncached(const UOpPtr& u, const std::vector<UOpPtr>& idx, const UOpPtr& valid);
   UOpPtr load(const UOpPtr& buffer, const Shape& shape, const std::vector<UOpPtr>& idx, const UOpPtr& valid);
   UOpPtr global(const UOpPtr& buffer);
+  bool only_addresses(const UOpPtr& u);
 
   ShapeCache& shapes_;
   std::function<UOpPtr(const UOpPtr&)> stored_buffer_;
   std::function<const Layout*(const UOpPtr&)> layout_of_;
   std::vector<UOpPtr> bufs_;
   std::vector<UOpPtr> out_idx_;
+  std::vector<std::pair<std::string, int64_t>> var_vals_;
+  std::unordered_map<const UOp*, bool> only_addresses_;
   int64_t next_axis_ = 0;
   std::map<std::vector<const UOp*>, UOpPtr> memo_;  // (node, indices..., valid) -> value
   std::vector<UOpPtr> pinned_;                       // the memo keys' index nodes, kept alive

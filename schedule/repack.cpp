@@ -180,7 +180,7 @@ std::vector<ScheduleItem> repack_operands(ScheduleItem& item, const ScratchMaker
       UOpPtr scratch = make_scratch(item.bufs[static_cast<size_t>(global_loads(x)[0].slot)], static_cast<int64_t>(elements(order)), x->dtype);
       UOpPtr target = global(x->dtype, 0);
       UOpPtr store = UOp::make(Op::STORE, dtypes::void_, {UOp::make(Op::INDEX, target->dtype, {target, contiguous_index(loops)}), substitute(x, own)});
-      ScheduleItem pack{ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {store}), item.bufs};
+      ScheduleItem pack{ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {store}), item.bufs, {}, {}};
       pack.bufs[0] = scratch;
       compact_slots(pack);
       out.push_back(std::move(pack));

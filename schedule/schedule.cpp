@@ -429,6 +429,7 @@ class Scheduler {
                          [this](const UOpPtr& buffer) { return layout_of(buffer); });
         item.ast = kb.build(root, out, layout);
         item.bufs = kb.buffers();
+        item.var_vals = kb.var_vals();
         return kb.output_index();
       };
       std::vector<UOpPtr> out_idx = build({});
@@ -445,9 +446,16 @@ class Scheduler {
         scratch_.push_back(make_buffer_(beside->src[0], size, dtype));
         return scratch_.back();
       };
-      for (ScheduleItem& pack : repack_operands(item, make_scratch)) s.items.push_back(std::move(pack));
+      // Both take their kernels from item's AST, so their launch variables are item's.
+      for (ScheduleItem& pack : repack_operands(item, make_scratch)) {
+        pack.var_vals = item.var_vals;
+        s.items.push_back(std::move(pack));
+      }
       // A long reduction over inputs larger than a cache sums chunks first (schedule/split_reduce.h).
-      for (ScheduleItem& partial : split_reduce(item, make_scratch)) s.items.push_back(std::move(partial));
+      for (ScheduleItem& partial : split_reduce(item, make_scratch)) {
+        partial.var_vals = item.var_vals;
+        s.items.push_back(std::move(partial));
+      }
     }
     buffers_[root.get()] = out;
     s.items.push_back(std::move(item));
@@ -493,6 +501,22 @@ class Scheduler {
 
 Schedule create_schedule(const std::vector<UOpPtr>& outputs, const BufferMaker& make_buffer, const RealizedLookup& realized) {
   return Scheduler(make_buffer, realized).run(outputs);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+std::vector<int64_t> launch_values(const ScheduleItem& item, std::span<const UOpPtr> vars) {
+  std::vector<int64_t> out;
+  for (const UOpPtr& v : vars) {
+    auto it = std::find_if(item.var_vals.begin(), item.var_vals.end(), [&](const auto& nv) { return nv.first == v->var().name; });
+    if (it == item.var_vals.end())
+      throw InternalError(cat("kernel variable ", v->var().name, " has no value in its schedule item (",
+                              item.var_vals.size(), " values)"));
+    out.push_back(it->second);
+  }
+  return out;
 }
 
 }  // namespace kiln

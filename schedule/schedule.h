@@ -9,6 +9,7 @@
 #pragma once
 #include <array>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,14 @@ struct ScheduleItem {
   // ScatterAdd: the values' shape as (outer, m, inner) around the scattered axis, and the output's size n
   // on it: value p = (o, j, i) goes to out[(o * n + index[p]) * inner + i].
   std::array<int64_t, 4> scatter{};  // outer, m, inner, n
+  // Kernel: the value of each DEFINE_VAR in its AST, by the variable's name. A slice of a value read
+  // from memory starts at a launch variable, not a constant (schedule/kernelize.h), so a loop over
+  // x[t] runs one kernel for every t instead of compiling one per t.
+  std::vector<std::pair<std::string, int64_t>> var_vals;
 };
+
+// The values a launch of `item`'s kernel takes, in the order of the lowered kernel's `vars`.
+std::vector<int64_t> launch_values(const ScheduleItem& item, std::span<const UOpPtr> vars);
 
 struct Schedule {
   std::vector<ScheduleItem> items;

@@ -55,6 +55,7 @@ struct ScheduleCache::Template {
     UOpPtr ast;
     std::vector<uint32_t> bufs;
     std::array<int64_t, 4> scatter;
+    std::vector<std::pair<std::string, int64_t>> var_vals;
   };
   // Buffer slots: the inputs first (in the signature's order), then `created`.
   std::vector<Created> created;
@@ -241,7 +242,7 @@ std::optional<ScheduleCache::Template> make_template(const Walk& w, const Schedu
     return at;
   };
   for (const ScheduleItem& item : s.items) {
-    ScheduleCache::Template::Item ti{item.kind, item.ast, {}, item.scatter};
+    ScheduleCache::Template::Item ti{item.kind, item.ast, {}, item.scatter, item.var_vals};
     for (const UOpPtr& b : item.bufs) ti.bufs.push_back(slot_of(b));
     t.items.push_back(std::move(ti));
   }
@@ -259,7 +260,7 @@ Schedule instantiate(const ScheduleCache::Template& t, const Walk& w, const Buff
   for (const ScheduleCache::Template::Created& c : t.created) buffers.push_back(make_buffer(c.device, c.size, c.dtype));
   Schedule s;
   for (const ScheduleCache::Template::Item& ti : t.items) {
-    ScheduleItem item{ti.kind, ti.ast, {}, ti.scatter};
+    ScheduleItem item{ti.kind, ti.ast, {}, ti.scatter, ti.var_vals};
     for (uint32_t b : ti.bufs) item.bufs.push_back(buffers[b]);
     s.items.push_back(std::move(item));
   }

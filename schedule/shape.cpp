@@ -76,8 +76,7 @@ Shape infer_shape(Op op, const Arg& arg, std::span<const Shape> src) {
 const Shape& ShapeCache::operator()(const UOpPtr& u) {
   if (auto it = memo_.find(u.get()); it != memo_.end()) return it->second.second;
   // Iterative: tensor graphs (an optimizer step, a long elementwise chain) can be deep.
-  for (const UOpPtr& node : toposort(u)) {  // analysis: a shape per node, no graph out
-    if (memo_.count(node.get())) continue;
+  for (const UOpPtr& node : toposort(u, [this](const UOp* n) { return memo_.count(n) > 0; })) {  // analysis: a shape per new node
     std::vector<Shape> src;
     if (node->op != Op::BUFFER && node->op != Op::CONST && node->op != Op::IOTA && node->op != Op::DEVICE)
       for (const UOpPtr& s : node->src)

@@ -87,7 +87,7 @@ std::vector<ScheduleItem> split_reduce(ScheduleItem& item, const ScratchMaker& m
                                    {UOp::make(Op::INDEX, out->dtype, {out, chunk * outputs + s_store->src[0]->src[1]}), partial});
   std::vector<UOpPtr> partial_bufs = item.bufs;
   partial_bufs[0] = scratch;
-  ScheduleItem first{ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {partial_store}), partial_bufs};
+  ScheduleItem first{ScheduleItem::Kind::Kernel, UOp::make(Op::SINK, dtypes::void_, {partial_store}), partial_bufs, {}, {}};
 
   // The total: each output reduces its partials (and does what followed the reduction).
   int64_t top = 0;

@@ -81,6 +81,7 @@ std::vector<uint8_t> random_bytes(const KernelBuffer& b, uint64_t seed) {
 struct Compiled {
   LoweredKernel kernel;
   std::unique_ptr<Program> program;
+  std::vector<int64_t> vals;  // its launch variables' values
 };
 
 // Scratch buffers on the device for timing, with random contents, given back when the search ends.
@@ -141,9 +142,7 @@ class DeviceSearch {
     if (!lowering.kernel) return {std::nullopt, lowering.rejected};
     auto c = std::make_shared<Compiled>();
     c->kernel = std::move(*lowering.kernel);
-    if (!c->kernel.vars.empty())
-      throw Error(cat("search: kernel ", c->kernel.name, " has ", c->kernel.vars.size(),
-                      " variables; searching kernels with symbolic sizes is not implemented yet"));
+    c->vals = largest_values(c->kernel);  // launch variables (a slice's start) only move addresses
     if (skip_seen) {
       std::lock_guard<std::mutex> lock(sources_mu_);
       if (!sources_.insert(hash_string(c->kernel.source)).second) return {Built{c->kernel.source, nullptr}, ""};
@@ -171,7 +170,7 @@ class DeviceSearch {
     // is mostly the noise of waking the threads.
     double best = 0, spent = 0;
     for (int n = 0; n < 256 && (n == 0 || spent < options_.time_batch_s); ++n) {
-      double seconds = c.program->launch(scratch_.raws(), {}, dims, true);
+      double seconds = c.program->launch(scratch_.raws(), c.vals, dims, true);
       best = n == 0 ? seconds : std::min(best, seconds);
       spent += seconds;
     }
@@ -250,9 +249,10 @@ double time_kernel(Device& device, const LoweredKernel& kernel, std::span<const 
   if (runs < 1) throw Error(cat("time_kernel: ", runs, " runs; time at least one"));
   Scratch scratch(device, buffers);
   std::unique_ptr<Program> program = device.load(device.compile(kernel.source, kernel.name));
-  program->launch(scratch.raws(), {}, kernel.dims, true);
-  double best = program->launch(scratch.raws(), {}, kernel.dims, true);
-  for (int i = 1; i < runs; ++i) best = std::min(best, program->launch(scratch.raws(), {}, kernel.dims, true));
+  std::vector<int64_t> vals = largest_values(kernel);
+  program->launch(scratch.raws(), vals, kernel.dims, true);
+  double best = program->launch(scratch.raws(), vals, kernel.dims, true);
+  for (int i = 1; i < runs; ++i) best = std::min(best, program->launch(scratch.raws(), vals, kernel.dims, true));
   return best;
 }
 

@@ -145,9 +145,7 @@ std::vector<std::vector<uint8_t>> run(Device& device, const LoweredKernel& k, co
       bufs.push_back(device.alloc(in.size()));
       device.copy_in(bufs.back(), in.data(), in.size());
     }
-    std::vector<int64_t> vars;
-    for (const UOpPtr& v : k.vars) vars.push_back(v->var().max);
-    program->launch(bufs, vars, k.dims, false);
+    program->launch(bufs, largest_values(k), k.dims, false);
     device.synchronize();
     for (size_t i = 0; i < bufs.size(); ++i) device.copy_out(out[i].data(), bufs[i], out[i].size());
   } catch (...) {
@@ -159,6 +157,12 @@ std::vector<std::vector<uint8_t>> run(Device& device, const LoweredKernel& k, co
 }
 
 }  // namespace
+
+std::vector<int64_t> largest_values(const LoweredKernel& kernel) {
+  std::vector<int64_t> out;
+  for (const UOpPtr& v : kernel.vars) out.push_back(v->var().max);
+  return out;
+}
 
 double loop_iterations(const UOpPtr& ast) {
   double iterations = 1;

@@ -37,6 +37,10 @@ const char* outcome_name(OptsCheck::Outcome outcome);  // "ok", "MISMATCH", "cou
 // The product of the kernel's loop sizes (its RANGEs' largest values): what running it plainly costs.
 double loop_iterations(const UOpPtr& ast);
 
+// A launch's values for the kernel's variables (slice starts), each at its largest: how a search times
+// and checks a kernel without the schedule's values.
+std::vector<int64_t> largest_values(const LoweredKernel& kernel);
+
 // Throws Error when the kernel cannot be run at all (a buffer past `max_buffer_bytes`, a compile error).
 OptsCheck verify_opts(const UOpPtr& ast, Device& device, std::span<const Opt> opts, uint64_t seed = 1,
                       size_t max_buffer_bytes = size_t{1} << 30);

@@ -62,7 +62,7 @@ std::vector<float> run_kernel(const ScheduleItem& item, const std::string& devic
     device.copy_in(bufs.back(), host.data(), n * 4);
     sizes.push_back(n);
   }
-  program->launch(bufs, {}, k.dims, false);
+  program->launch(bufs, launch_values(item, k.vars), k.dims, false);
   std::vector<float> out(sizes[0]);
   device.copy_out(out.data(), bufs[0], sizes[0] * 4);
   for (RawBuffer& b : bufs) device.free(b);

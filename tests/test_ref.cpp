@@ -72,7 +72,7 @@ std::vector<float> run_on_ref(const Kernel& k, const std::map<const UOp*, std::v
     if (auto it = inputs.find(buffer.get()); it != inputs.end()) dev.copy_in(bufs.back(), it->second.data(), n * sizeof(float));
   }
   std::unique_ptr<Program> program = dev.load(dev.compile(serialize_program(k.lowered.linear), k.lowered.name));
-  program->launch(bufs, {}, k.lowered.dims, false);
+  program->launch(bufs, launch_values(k.item, k.lowered.vars), k.lowered.dims, false);
   std::vector<float> out(bufs[0].bytes / sizeof(float));
   dev.copy_out(out.data(), bufs[0], bufs[0].bytes);
   for (RawBuffer b : bufs) dev.free(b);
@@ -383,7 +383,7 @@ TEST_CASE("REF and the host devices (LLVM IR and C) agree on lowered kernels", "
       const std::vector<float>* host = buffer.get() == buffer_of(a) ? &av : buffer.get() == buffer_of(b) ? &bv : nullptr;
       if (host) cpu.copy_in(bufs.back(), host->data(), bytes);
     }
-    cpu.load(cpu.compile(k.lowered.source, k.lowered.name))->launch(bufs, {}, k.lowered.dims, false);
+    cpu.load(cpu.compile(k.lowered.source, k.lowered.name))->launch(bufs, launch_values(k.item, k.lowered.vars), k.lowered.dims, false);
     std::vector<float> on_cpu(bufs[0].bytes / sizeof(float));
     cpu.copy_out(on_cpu.data(), bufs[0], bufs[0].bytes);
     for (RawBuffer raw : bufs) cpu.free(raw);

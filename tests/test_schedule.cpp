@@ -1,4 +1,7 @@
 // Kernel counts for known graphs: the fusion rules of schedule/schedule.cpp, held to their word.
+#include <set>
+
+#include "frontend/realize.h"
 #include "frontend/tensor.h"
 #include "helpers.h"
 #include "uop/symbolic.h"
@@ -416,4 +419,30 @@ TEST_CASE("gather reads the element its index names: an Embedding lookup is one 
   std::vector<float> got = rows.to_vector<float>();
   for (size_t r = 0; r < ids.size(); ++r)
     for (int64_t d = 0; d < D; ++d) CHECK(got[r * D + static_cast<size_t>(d)] == table[static_cast<size_t>(ids[r] * D + d)] * 2);
+}
+
+TEST_CASE("a slice of memory starts at a launch variable: a loop over x[t] is one kernel for every t", "[schedule]") {
+  // Each step of an RNN reads its rows of the input projection (plus a bias, fused): with the start a
+  // constant, every step was another kernel to compile.
+  Tensor x = rand_like_shape({8, 4, 6}).realize(), b = rand_like_shape({6}).realize();
+  std::vector<float> xv = x.to_vector<float>(), bv = b.to_vector<float>();
+  std::set<const UOp*> asts;
+  size_t lowered = realize_stats().kernels_lowered;
+  for (int64_t t = 0; t < 8; ++t) {
+    Tensor xt = x.slice(0, t, t + 1).reshape({4, 6});
+    Tensor step = ((xt + b) * 2.0).realize();
+    Schedule s = Tensor::schedule({(xt + b) * 2.0});
+    REQUIRE(s.items.size() == 1);
+    asts.insert(s.items[0].ast.get());
+    REQUIRE(s.items[0].var_vals.size() == 1);
+    CHECK(s.items[0].var_vals[0].second == t);
+    std::vector<float> got = step.to_vector<float>();
+    for (size_t i = 0; i < 24; ++i) CHECK(got[i] == (xv[size_t(t) * 24 + i] + bv[i % 6]) * 2.0f);
+  }
+  CHECK(asts.size() == 1);
+  CHECK(realize_stats().kernels_lowered - lowered <= 1);
+  // A slice of padded values keeps its constant start: the simplifier folds the pad's gate with it.
+  Schedule padded = Tensor::schedule({x.pad({{0, 0}, {1, 1}, {0, 0}}).shrink({{2, 3}, {0, 6}, {0, 6}}) + 1.0});
+  REQUIRE(padded.items.size() == 1);
+  CHECK(padded.items[0].var_vals.empty());
 }

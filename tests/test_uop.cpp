@@ -114,6 +114,22 @@ TEST_CASE("toposort lists each node once, sources first", "[uop]") {
     for (const UOpPtr& s : u->src) CHECK(pos.at(s.get()) < pos.at(u.get()));
 }
 
+TEST_CASE("toposort can leave out what a memo already knows, and only that", "[uop]") {
+  UOpPtr x = var("x", 0, 9), y = var("y", 0, 9);
+  UOpPtr shared = x * y;
+  UOpPtr root = shared + shared * 2;
+  // x*y known: neither it nor x and y (beneath it only) are walked; 2 and the rest are, sources first.
+  std::vector<UOpPtr> order = toposort(root, [&](const UOp* u) { return u == shared.get(); });
+  CHECK(order.size() == 3);  // 2, (x*y)*2, root
+  CHECK(order.back() == root);
+  for (const UOpPtr& u : order) CHECK(u != shared);
+  // y also under a new node: then it is walked.
+  UOpPtr other = root + y;
+  CHECK(toposort(other, [&](const UOp* u) { return u == root.get(); }).size() == 2);  // y, root + y
+  CHECK(toposort(root, [&](const UOp* u) { return u == root.get(); }).empty());
+  CHECK(toposort(root, [](const UOp*) { return false; }).size() == toposort(root).size());
+}
+
 TEST_CASE("toposort handles graphs deeper than the call stack would", "[uop]") {
   UOpPtr e = var("x", 0, 1);
   for (int i = 0; i < 100000; ++i) e = UOp::make(Op::NEG, e->dtype, {e});

@@ -245,9 +245,13 @@ UOpPtr UOp::with_dtype(DType new_dtype) const { return make(op, new_dtype, src, 
 
 // --- graph walks --------------------------------------------------------------------------------
 
-std::vector<UOpPtr> toposort(const UOpPtr& root) {
+namespace {
+
+template <typename Known>
+std::vector<UOpPtr> toposort_unknown(const UOpPtr& root, const Known& known) {
   // Iterative DFS: graphs of lowered kernels can be deep enough to overflow a recursive walk.
   std::vector<UOpPtr> order;
+  if (known(root.get())) return order;
   std::unordered_map<const UOp*, bool> state;  // false: on the stack, true: emitted
   std::vector<std::pair<const UOpPtr*, size_t>> stack{{&root, 0}};
   state[root.get()] = false;
@@ -255,7 +259,7 @@ std::vector<UOpPtr> toposort(const UOpPtr& root) {
     auto& [node, next] = stack.back();
     if (next < (*node)->src.size()) {
       const UOpPtr& child = (*node)->src[next++];
-      if (state.emplace(child.get(), false).second) stack.push_back({&child, 0});
+      if (state.emplace(child.get(), false).second && !known(child.get())) stack.push_back({&child, 0});
       continue;
     }
     state[node->get()] = true;
@@ -263,6 +267,16 @@ std::vector<UOpPtr> toposort(const UOpPtr& root) {
     stack.pop_back();
   }
   return order;
+}
+
+}  // namespace
+
+std::vector<UOpPtr> toposort(const UOpPtr& root) {
+  return toposort_unknown(root, [](const UOp*) { return false; });
+}
+
+std::vector<UOpPtr> toposort(const UOpPtr& root, const std::function<bool(const UOp*)>& known) {
+  return toposort_unknown(root, known);
 }
 
 // --- constructors -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 // construction from the sources' ranges (uop/range.cpp); for other dtypes they span int64.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -110,6 +111,9 @@ const T& UOp::arg_as() const {
 
 // Every node reachable from root, each once, sources before users (root last).
 std::vector<UOpPtr> toposort(const UOpPtr& root);
+// The same, without the nodes `known` says yes to and whatever lies only beneath them: an incremental walk
+// over what a memo has not seen yet (ShapeCache: a shape per new node, not a walk of the whole graph).
+std::vector<UOpPtr> toposort(const UOpPtr& root, const std::function<bool(const UOp*)>& known);
 
 // Number of live interned nodes (for tests of the interning table).
 size_t live_uop_count();
