@@ -230,16 +230,20 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
     }
     case Op::SHRINK: {
       const Pairs& p = std::get<Pairs>(u->arg);
-      // A slice (x[t], the rows of one step) starts at a launch variable: a loop over its starts is one
-      // kernel, where constants made one per start (a GRU's first step compiled 138 kernels that
-      // differed only there). Only where the variable only moves addresses (only_addresses): a slice
-      // of padded values keeps its constant, which lets the simplifier fold their gates.
+      // One index of an axis (x[t], the rows of one step) is a launch variable: a loop over t is one
+      // kernel, where constants made one per t (a GRU's first step compiled 138 kernels that differed
+      // only there). Only where the variable only moves addresses (only_addresses: a slice of padded
+      // values keeps its constant, which lets the simplifier fold their gates), and only for a single
+      // index of the outermost axis: a wider window's start (a conv's or pool's) is a loop bound the
+      // heuristics reason about (LeNet's convs lost their vector axis to it and ran 3-9x slower), and
+      // the phases of a transposed conv's weights (one index of an inner axis) changed what the
+      // scheduler fused (a DCGAN generator's weight gradient ran 8x slower).
       bool memory = only_addresses(u->src[0]);
       std::vector<UOpPtr> old_idx;
       for (size_t i = 0; i < idx.size(); ++i) {
         int64_t kept = p[i].second - p[i].first, most = src_shape(0)[i] - kept;
         UOpPtr begin = idx_const(p[i].first);
-        if (memory && most > 0) {
+        if (memory && i == 0 && kept == 1 && most > 0) {
           std::string name = cat("s", var_vals_.size());
           begin = var(name, 0, most, begin->dtype);
           var_vals_.push_back({std::move(name), p[i].first});

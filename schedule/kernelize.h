@@ -10,9 +10,9 @@
 //   RESHAPE  linearize by the new shape, unflatten by the old one (the simplifier cleans // and %)
 //   PERMUTE  permute the indices          EXPAND  broadcast axes read index 0
 //   SHRINK   add the begin offsets        FLIP    size-1-i
-//            (where that only moves addresses, no padding beneath: the begin is a launch variable,
-//            DEFINE_VAR "sN" in [0, the most it can be], so x[t] for every t is one kernel; var_vals()
-//            says each one's value)
+//            (x[t], one index of the outermost axis, where that only moves addresses, no padding
+//            beneath: t is a launch variable, DEFINE_VAR "sN" in [0, the axis's last], so x[t] for
+//            every t is one kernel; var_vals() says each one's value)
 //   PAD      subtract the before-padding; outside the source the value is 0, guarded by a validity
 //            condition that also gates the loads beneath it, so nothing out of bounds is read.
 // A fused REDUCE_AXIS opens one new RANGE per reduced axis and becomes a REDUCE over them. Stored
