@@ -28,9 +28,9 @@ struct ScheduleItem {
   // ScatterAdd: the values' shape as (outer, m, inner) around the scattered axis, and the output's size n
   // on it: value p = (o, j, i) goes to out[(o * n + index[p]) * inner + i].
   std::array<int64_t, 4> scatter{};  // outer, m, inner, n
-  // Kernel: the value of each DEFINE_VAR in its AST, by the variable's name. A slice of a value read
-  // from memory starts at a launch variable, not a constant (schedule/kernelize.h), so a loop over
-  // x[t] runs one kernel for every t instead of compiling one per t.
+  // Kernel: the value of each DEFINE_VAR in its AST, by the variable's name. One index of the outermost
+  // axis of a value read from memory (x[t]) is a launch variable, not a constant (schedule/kernelize.h),
+  // so a loop over x[t] runs one kernel for every t instead of compiling one per t.
   std::vector<std::pair<std::string, int64_t>> var_vals;
 };
 
