@@ -288,7 +288,7 @@ void run_item(const ScheduleItem& item) {
     for (const UOpPtr& b : item.bufs) slots.push_back(&storage_of(b));
     host(slots);
     if (t_recorder)
-      t_recorder->launch({nullptr, {}, nullptr, item.kind == ScheduleItem::Kind::Copy ? "copy" : "scatter_add", storages(item.bufs), host});
+      t_recorder->launch({nullptr, {}, nullptr, item.kind == ScheduleItem::Kind::Copy ? "copy" : "scatter_add", storages(item.bufs), host, {}});
     return;
   }
   Device& device = *storage_of(item.bufs[0]).device;
