@@ -238,17 +238,13 @@ UOpPtr KernelBuilder::index_uncached(const UOpPtr& u, const std::vector<UOpPtr>&
       // heuristics reason about (LeNet's convs lost their vector axis to it and ran 3-9x slower), and
       // the phases of a transposed conv's weights (one index of an inner axis) changed what the
       // scheduler fused (a DCGAN generator's weight gradient ran 8x slower).
-      bool memory = only_addresses(u->src[0]);
       std::vector<UOpPtr> old_idx;
-      for (size_t i = 0; i < idx.size(); ++i) {
-        int64_t kept = p[i].second - p[i].first, most = src_shape(0)[i] - kept;
-        UOpPtr begin = idx_const(p[i].first);
-        if (memory && i == 0 && kept == 1 && most > 0) {
-          std::string name = cat("s", var_vals_.size());
-          begin = var(name, 0, most, begin->dtype);
-          var_vals_.push_back({std::move(name), p[i].first});
-        }
-        old_idx.push_back(simplify(idx[i] + begin));
+      for (size_t i = 0; i < idx.size(); ++i) old_idx.push_back(simplify(idx[i] + p[i].first));
+      int64_t last = idx.empty() ? 0 : src_shape(0)[0] - 1;
+      if (last > 0 && p[0].second - p[0].first == 1 && only_addresses(u->src[0])) {
+        std::string name = cat("s", var_vals_.size());
+        old_idx[0] = simplify(idx[0] + var(name, 0, last, idx[0]->dtype));
+        var_vals_.push_back({std::move(name), p[0].first});
       }
       return index(u->src[0], old_idx, valid);
     }

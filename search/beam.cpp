@@ -318,14 +318,14 @@ class Engine {
       }
       ++result_.compiled;
       ++progress_.compiled;
-      auto [spelled, fresh] = spelling_.try_emplace(hash_string(built[i]->source), candidates[i]);
+      auto [spelled, fresh] = spelling_.try_emplace(hashes[i], candidates[i]);
       if (!fresh && simpler(candidates[i], spelled->second)) spelled->second = candidates[i];
       if (!built[i]->artifact) {  // build's own duplicate: a source it built before, not built again
         ++result_.duplicates;
         ++progress_.duplicates;
         continue;
       }
-      if (!seen_sources_.insert(hash_string(built[i]->source)).second) {
+      if (!seen_sources_.insert(hashes[i]).second) {
         ++result_.duplicates;
         ++progress_.duplicates;
         continue;
