@@ -6,6 +6,7 @@
 // axis, with no gather primitive, and gradients from autograd of where, mul and sum.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "frontend/detail.h"
 #include "frontend/nn.h"
@@ -103,7 +104,32 @@ AxisTaps axis_taps(Mode mode, int64_t in, int64_t out, bool align_corners, std::
   return taps;
 }
 
-// x resampled along `axis` by the taps. The nearest modes select (index_select); the others sum each
+// Nearest picks that a view of x makes, else nullopt: every input k times in order (upsampling by an
+// integer factor: an expand and a reshape) or every k-th input from an offset (downsampling, or the same
+// size: a strided slice). A view costs no kernel of its own and its gradient is a sum, not a scatter; a
+// UNet's 2x upsampling through index_select gathered through a materialized index in a 7 ms kernel.
+std::optional<Tensor> pick_view(const Tensor& x, int64_t axis, int64_t in, const std::vector<int64_t>& picks) {
+  auto out = static_cast<int64_t>(picks.size());
+  auto all = [&](auto&& expected) {
+    for (int64_t o = 0; o < out; ++o)
+      if (picks[static_cast<size_t>(o)] != expected(o)) return false;
+    return true;
+  };
+  if (out % in == 0 && all([&](int64_t o) { return o / (out / in); })) {
+    Shape wide = x.unsqueeze(axis + 1).shape();
+    wide[static_cast<size_t>(axis + 1)] = out / in;
+    Shape merged = x.shape();
+    merged[static_cast<size_t>(axis)] = out;
+    return x.unsqueeze(axis + 1).expand(wide).reshape(merged);
+  }
+  int64_t start = picks[0], step = out > 1 ? picks[1] - picks[0] : 1;
+  if (step >= 1 && all([&](int64_t o) { return start + o * step; }))
+    return x.slice(axis, start, start + (out - 1) * step + 1, step);
+  return std::nullopt;
+}
+
+// x resampled along `axis` by the taps. The nearest modes select (a view where one makes the picks,
+// else index_select); the others sum each
 // output's taps, weighted, over an (out x in) table: where() keeps the positions an output does not read
 // out of the sum, so an infinity there cannot turn it into NaN (0 * inf).
 Tensor resample_axis(const Tensor& x, int64_t axis, int64_t in, const AxisTaps& taps) {
@@ -111,6 +137,7 @@ Tensor resample_axis(const Tensor& x, int64_t axis, int64_t in, const AxisTaps& 
   if (taps.weight.empty()) {
     std::vector<int64_t> picks;
     for (const auto& t : taps.index) picks.push_back(t[0]);
+    if (std::optional<Tensor> view = pick_view(x, axis, in, picks)) return *view;
     return x.index_select(axis, Tensor::from_vector(picks, {out}, x.device()));
   }
   std::vector<double> table(static_cast<size_t>(out * in), 0.0);

@@ -413,7 +413,7 @@ class Engine {
     int retests = 0;
     for (Timed* t : contenders) {
       if (t->seconds >= default_.seconds * (1 - options_.min_gain)) continue;
-      if (options_.confirm_runs > 0) {
+      if (options_.confirm_runs > 0 || hooks_.time_whole) {
         if (retests++ == options_.max_checks) break;
         if (!retest(t)) continue;
       }
@@ -454,18 +454,19 @@ class Engine {
   // default's in the same round: the machine's speed drifts between minutes, so comparing each one's
   // minimum let a contender that met a fast moment beat an equal default (a memory-bound elementwise
   // kernel: four fresh searches, four winners). `base`: the default's times.
-  std::vector<Paired> time_paired(const std::vector<Timed*>& contenders, std::vector<double>& base) {
+  std::vector<Paired> time_paired(const std::vector<Timed*>& contenders, std::vector<double>& base,
+                                  const std::function<double(const Built&)>& time, int runs) {
     std::vector<Timed*> timed = contenders;
     timed.push_back(&default_);
     std::vector<std::vector<double>> rounds(timed.size());  // each one's time in each round
     std::vector<Paired> out(contenders.size());
-    for (int run = 0; run < options_.confirm_runs; ++run)
+    for (int run = 0; run < runs; ++run)
       for (size_t k = 0; k < timed.size(); ++k) {
         size_t i = run % 2 ? (k + timed.size() - 1) % timed.size() : k;  // odd rounds: the default first
         if (i < out.size() && out[i].failed) continue;
         try {
           Watchdog::Guard watched = watchdog_.watch(cat("timing [", to_string(timed[i]->opts), "] again"));
-          double seconds = hooks_.time(timed[i]->built);
+          double seconds = time(timed[i]->built);
           result_.kernel_s += seconds;
           rounds[i].push_back(seconds);
         } catch (const std::exception& e) {
@@ -493,7 +494,7 @@ class Engine {
   void confirm(std::vector<Timed*>& contenders) {
     auto start = Clock::now();
     std::vector<double> base;
-    std::vector<Paired> paired = time_paired(contenders, base);
+    std::vector<Paired> paired = time_paired(contenders, base, hooks_.time, options_.confirm_runs);
     default_.seconds = *std::min_element(base.begin(), base.end());
     std::vector<Timed*> kept;
     for (size_t i = 0; i < contenders.size(); ++i) {
@@ -511,13 +512,21 @@ class Engine {
   // The confirmed winner timed against the default once more, in fresh rounds: picked as the best of
   // several, its confirm figure is biased low (a memory-bound kernel at the bandwidth: the best of six
   // equal lists measured 6% under the default in one fresh search of five). It wins only if it is
-  // faster by min_gain again.
+  // faster by min_gain again, on whole launches where search timed parts (hooks.time_whole), whose
+  // figures are then the ones reported.
   bool retest(Timed* winner) {
     auto start = Clock::now();
     std::vector<double> base;
-    Paired p = time_paired({winner}, base)[0];
+    const bool whole = bool(hooks_.time_whole);
+    // Five rounds at least: without confirmation (confirm_runs 0) a pick from parts is still checked whole.
+    Paired p = time_paired({winner}, base, whole ? hooks_.time_whole : hooks_.time, std::max(options_.confirm_runs, 5))[0];
     result_.timing_s += seconds_since(start);
-    return p.consistently_faster() && p.median < 1 - options_.min_gain;
+    bool wins = p.consistently_faster() && p.median < 1 - options_.min_gain;
+    if (whole && wins) {
+      winner->seconds = *std::min_element(base.begin(), base.end()) * p.median;
+      result_.default_seconds = *std::min_element(base.begin(), base.end());
+    }
+    return wins;
   }
 
   void fail(const std::vector<Opt>& opts, const char* stage, const std::string& why) {

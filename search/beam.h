@@ -29,8 +29,8 @@
 //
 // search_kernel is the engine on a real device: lower_with_opts + Device::compile + load to build, timed
 // launches on scratch buffers (never the caller's data) to time. A kernel whose default launch is long is
-// timed on a shrunken launch (a fraction of global[0], the time scaled back up); the default's and the
-// winner's reported times are full launches.
+// timed on a shrunken launch (a fraction of global[0], the time scaled back up); the pick's retest and the
+// reported times are full launches.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -134,6 +134,11 @@ struct SearchHooks {
   // drops duplicates by source anyway; this lets build skip compiling them.
   std::function<BuildResult(std::span<const Opt> opts)> build;
   std::function<double(const Built& built)> time;  // one launch, in seconds; throws when the launch fails
+  // Optional: one launch of the whole kernel, when `time` launches a part of it (search_kernel's shrunken
+  // launches). The pick's retest against the default then times whole launches, paired round by round:
+  // a part's smaller working set misjudges a memory-bound kernel, and the whole launches' minimums,
+  // compared unpaired, let the machine's drift between minutes pick a list.
+  std::function<double(const Built& built)> time_whole;
   // nullopt when the candidate's output matches the plain kernel's on the same inputs, else what differs.
   std::function<std::optional<std::string>(const Built& candidate)> check;
   std::function<void(const SearchProgress&)> progress;  // optional: after each candidate is timed

@@ -123,10 +123,11 @@ class DeviceSearch {
     hooks.progress = progress;
     hooks.kernel = detail::kernel_name(ast_);
     choose_shrink(hooks.default_opts);
+    if (shrink_ > 1) hooks.time_whole = [&](const Built& b) { return time(compiled(b), 1); };
     SearchResult r = beam_search(hooks, options_);
     r.lower_cpu_s = lower_ns_.load() * 1e-9;
     r.compile_cpu_s = compile_ns_.load() * 1e-9;
-    if (shrink_ > 1) retime_full(r);
+    if (shrink_ > 1 && !r.improved) retime_default(r);
     r.kernel_s = launch_ns_.load() * 1e-9;
     return r;
   }
@@ -181,7 +182,7 @@ class DeviceSearch {
   // A kernel whose default launch takes longer than shrink_above_s is timed on a part of its launch, so a
   // search of a long kernel takes about as long as a short one's. The parts of a launch do the same work
   // each (a row, a thread's share), so the time scales; caches see a smaller working set, so the figure
-  // is an estimate, and the final figures are full launches (retime_full).
+  // is an estimate: the pick's retest and the reported figures are whole launches.
   void choose_shrink(const std::vector<Opt>& default_opts) {
     BuildResult b = build(default_opts);
     if (!b.built) return;  // the engine reports it
@@ -191,28 +192,14 @@ class DeviceSearch {
     if (seconds > options_.shrink_above_s) shrink_ = std::max<int64_t>(1, int64_t(seconds / (options_.shrink_above_s / 2)));
   }
 
-  double full_time(Compiled& c) {
-    double best = time(c, 1);
-    for (int i = 1; i < options_.timing_runs; ++i) best = std::min(best, time(c, 1));
-    return best;
-  }
-
-  void retime_full(SearchResult& r) {
+  // Without a winner, the default's reported time is a whole launch too (the winner's retest timed both
+  // whole, beam.cpp).
+  void retime_default(SearchResult& r) {
     auto start = Clock::now();
     BuildResult d = build(heuristic_opts(ast_, device_.spec()));
-    r.default_seconds = full_time(compiled(*d.built));
-    r.best_seconds = r.default_seconds;
-    if (r.improved) {
-      BuildResult w = build(r.opts);
-      r.best_seconds = full_time(compiled(*w.built));
-      if (r.best_seconds >= r.default_seconds * (1 - options_.min_gain)) {  // the shrunken launches misjudged it: keep the default
-        r.failures.push_back(cat("[", to_string(r.opts), "] was faster on shrunken launches but not on full ones (",
-                                 r.best_seconds, " s vs the default's ", r.default_seconds, " s)"));
-        r.opts = heuristic_opts(ast_, device_.spec());
-        r.best_seconds = r.default_seconds;
-        r.improved = false;
-      }
-    }
+    double best = time(compiled(*d.built), 1);
+    for (int i = 1; i < options_.timing_runs; ++i) best = std::min(best, time(compiled(*d.built), 1));
+    r.default_seconds = r.best_seconds = best;
     r.timing_s += seconds_since(start);
   }
 

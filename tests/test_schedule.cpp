@@ -1,6 +1,7 @@
 // Kernel counts for known graphs: the fusion rules of schedule/schedule.cpp, held to their word.
 #include <set>
 
+#include "frontend/nn.h"
 #include "frontend/realize.h"
 #include "frontend/tensor.h"
 #include "helpers.h"
@@ -445,4 +446,25 @@ TEST_CASE("a slice of memory starts at a launch variable: a loop over x[t] is on
   Schedule padded = Tensor::schedule({x.pad({{0, 0}, {1, 1}, {0, 0}}).shrink({{2, 3}, {0, 6}, {0, 6}}) + 1.0});
   REQUIRE(padded.items.size() == 1);
   CHECK(padded.items[0].var_vals.empty());
+}
+
+TEST_CASE("nearest interpolation by an integer factor, up or down, reads its input as a view", "[schedule]") {
+  // x * 2 resampled: one kernel reading x and writing the output, no index buffer gathered through
+  // (2x upsampling repeats each input twice; 0.5x reads every other one), and the values are those.
+  Tensor x = rand_like_shape({2, 3, 4, 6});
+  std::vector<float> in = x.to_vector<float>();
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{8, 12}, {2, 3}, {12, 6}}) {
+    CAPTURE(h, w);
+    Tensor y = nn::interpolate(x * 2.0, {h, w}, "nearest");
+    Schedule s = Tensor::schedule({y});
+    REQUIRE(s.items.size() == 1);
+    CHECK(s.items[0].bufs.size() == 2);
+    std::vector<float> got = y.to_vector<float>();
+    for (int64_t nc = 0; nc < 6; ++nc)
+      for (int64_t i = 0; i < h; ++i)
+        for (int64_t j = 0; j < w; ++j) {
+          int64_t si = i * 4 / h, sj = j * 6 / w;  // PyTorch's nearest: floor(out * in / size)
+          CHECK(got[static_cast<size_t>((nc * h + i) * w + j)] == 2 * in[static_cast<size_t>((nc * 4 + si) * 6 + sj)]);
+        }
+  }
 }

@@ -568,6 +568,30 @@ TEST_CASE("search: the confirmed winner must beat the default again in fresh rou
   }
 }
 
+TEST_CASE("search: with parts of launches timed, the retest times whole ones", "[search]") {
+  // Search times parts (search_kernel's shrunken launches): UPCAST(0,4) is 30% faster on them. Whole
+  // launches decide the retest: equal there, the default stays; 20% faster there, it wins, and the
+  // figures reported are the whole launches'.
+  for (double whole : {10.0, 8.0}) {
+    CAPTURE(whole);
+    FakeWorld w;
+    w.actions = {up(0, 4)};
+    w.times = {{"", 10.0}, {"UPCAST(0,4)", 7.0}};
+    SearchHooks h = w.hooks();
+    int whole_launches = 0;
+    h.time_whole = [&](const Built& b) {
+      ++whole_launches;
+      const std::string& text = *static_cast<std::string*>(b.artifact.get());
+      return text.empty() ? 20.0 : 2 * whole;
+    };
+    SearchResult r = beam_search(h, options());
+    CHECK(whole_launches == 5 + 5);  // the retest: five rounds of the pick and the default
+    CHECK(r.improved == (whole < 10));
+    CHECK(r.default_seconds == (whole < 10 ? 20.0 : 10.0));  // unimproved: search's figure, for search_kernel to retime
+    CHECK(r.best_seconds == Approx(whole < 10 ? 16.0 : 10.0));
+  }
+}
+
 TEST_CASE("search: a kernel goes by the simplest list that made its source", "[search]") {
   // The seed UPCAST(0,4) is timed in round 0; UNROLL(1,4), met in round 1, makes the same source: a
   // duplicate, not timed, but simpler (by text, at equal length), so the winner goes by its name. Which
