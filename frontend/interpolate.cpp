@@ -104,41 +104,118 @@ AxisTaps axis_taps(Mode mode, int64_t in, int64_t out, bool align_corners, std::
   return taps;
 }
 
-// Nearest picks that a view of x makes, else nullopt: every input k times in order (upsampling by an
-// integer factor: an expand and a reshape) or every k-th input from an offset (downsampling, or the same
-// size: a strided slice). A view costs no kernel of its own and its gradient is a sum, not a scatter; a
-// UNet's 2x upsampling through index_select gathered through a materialized index in a 7 ms kernel.
-std::optional<Tensor> pick_view(const Tensor& x, int64_t axis, int64_t in, const std::vector<int64_t>& picks) {
+// One stretch of picks that a view of x reads: from `first`, `length` outputs that read input `start`
+// onwards, each input `repeat` times in order (the first one `head` times, head <= repeat), or with
+// repeat 1, every `step`-th input (step 0: one input over and over).
+struct Run {
+  int64_t first = 0, length = 0, start = 0, repeat = 1, head = 1, step = 1;
+};
+
+// The picks as few runs as greedy finds, or nullopt past kMaxRuns: integer up- and downsampling, with
+// or without aligned corners, and the clamped taps of linear and cubic modes at those factors make a
+// few (2x bilinear's lower taps: [0] and then each input twice); uneven factors (2.1x) make many.
+constexpr size_t kMaxRuns = 8;
+std::optional<std::vector<Run>> runs_of(const std::vector<int64_t>& picks) {
   auto out = static_cast<int64_t>(picks.size());
-  auto all = [&](auto&& expected) {
-    for (int64_t o = 0; o < out; ++o)
-      if (picks[static_cast<size_t>(o)] != expected(o)) return false;
-    return true;
+  auto at = [&](int64_t o) { return picks[static_cast<size_t>(o)]; };
+  auto group = [&](int64_t o) {  // how many outputs from o read at(o)
+    int64_t e = o;
+    while (e < out && at(e) == at(o)) ++e;
+    return e - o;
   };
-  if (out % in == 0 && all([&](int64_t o) { return o / (out / in); })) {
-    Shape wide = x.unsqueeze(axis + 1).shape();
-    wide[static_cast<size_t>(axis + 1)] = out / in;
-    Shape merged = x.shape();
-    merged[static_cast<size_t>(axis)] = out;
-    return x.unsqueeze(axis + 1).expand(wide).reshape(merged);
+  std::vector<Run> runs;
+  for (int64_t o = 0; o < out;) {
+    if (runs.size() == kMaxRuns) return std::nullopt;
+    Run r{o, 0, at(o), 1, 1, 0};
+    int64_t g1 = group(o), next = o + g1;
+    int64_t g2 = next < out ? group(next) : 0;
+    if (g1 == 1 && next < out && g2 == 1 && at(next) > at(o)) {  // every step-th input
+      r.step = at(next) - at(o);
+      int64_t e = o;
+      while (e < out && at(e) == r.start + (e - o) * r.step) ++e;
+      r.length = e - o;
+    } else if (next < out && at(next) == at(o) + 1 && g2 >= 2 && g1 <= g2) {  // each input g2 times
+      r.repeat = g2;
+      r.head = g1;
+      r.step = 1;
+      int64_t e = o;
+      while (e < out && at(e) == r.start + (e - o + g2 - g1) / g2) ++e;
+      r.length = e - o;
+    } else {  // one input, g1 times
+      r.length = g1;
+    }
+    runs.push_back(r);
+    o += r.length;
   }
-  int64_t start = picks[0], step = out > 1 ? picks[1] - picks[0] : 1;
-  if (step >= 1 && all([&](int64_t o) { return start + o * step; }))
-    return x.slice(axis, start, start + (out - 1) * step + 1, step);
-  return std::nullopt;
+  return runs;
 }
 
-// x resampled along `axis` by the taps. The nearest modes select (a view where one makes the picks,
-// else index_select); the others sum each
-// output's taps, weighted, over an (out x in) table: where() keeps the positions an output does not read
-// out of the sum, so an infinity there cannot turn it into NaN (0 * inf).
+// x read at the picks along `axis` through views (slices, expands, reshapes; cat of the runs), or
+// nullopt when the picks are not a few runs. A view costs no kernel of its own and its gradient is a
+// sum, not a scatter: a UNet's 2x nearest upsampling through index_select gathered through a
+// materialized index in a 4-7 ms kernel, and bilinear's (out x in) table summed in/2 zeros per output.
+std::optional<Tensor> select_view(const Tensor& x, int64_t axis, const std::vector<int64_t>& picks) {
+  std::optional<std::vector<Run>> runs = runs_of(picks);
+  if (!runs) return std::nullopt;
+  auto ax = static_cast<size_t>(axis);
+  std::vector<Tensor> parts;
+  for (const Run& r : *runs) {
+    if (r.step == 0) {  // one input, repeated
+      Shape wide = x.shape();
+      wide[ax] = r.length;
+      parts.push_back(x.slice(axis, r.start, r.start + 1).expand(wide));
+    } else if (r.repeat == 1) {  // every step-th input
+      parts.push_back(x.slice(axis, r.start, r.start + (r.length - 1) * r.step + 1, r.step));
+    } else {  // each input `repeat` times: the inputs it reads, widened, then cut to the run
+      int64_t skip = r.repeat - r.head, inputs = (skip + r.length + r.repeat - 1) / r.repeat;
+      Tensor t = x.slice(axis, r.start, r.start + inputs).unsqueeze(axis + 1);
+      Shape wide = t.shape();
+      wide[ax + 1] = r.repeat;
+      Shape merged = x.shape();
+      merged[ax] = inputs * r.repeat;
+      parts.push_back(t.expand(wide).reshape(merged).slice(axis, skip, skip + r.length));
+    }
+  }
+  return parts.size() == 1 ? parts[0] : Tensor::cat(parts, axis);
+}
+
+// x resampled along `axis` by the taps. The nearest modes select: through views where the picks are a
+// few runs (select_view), else index_select. The others, where each output has as many taps and each
+// tap's picks are a few runs, sum the taps' views times their weights (an axis of `out` constants); else
+// they sum each output's taps, weighted, over an (out x in) table: where() keeps the positions an output
+// does not read out of the sum, so an infinity there cannot turn it into NaN (0 * inf).
 Tensor resample_axis(const Tensor& x, int64_t axis, int64_t in, const AxisTaps& taps) {
   auto out = static_cast<int64_t>(taps.index.size());
   if (taps.weight.empty()) {
     std::vector<int64_t> picks;
     for (const auto& t : taps.index) picks.push_back(t[0]);
-    if (std::optional<Tensor> view = pick_view(x, axis, in, picks)) return *view;
+    if (std::optional<Tensor> view = select_view(x, axis, picks)) return *view;
     return x.index_select(axis, Tensor::from_vector(picks, {out}, x.device()));
+  }
+  size_t k_taps = taps.index[0].size();
+  bool even = std::all_of(taps.index.begin(), taps.index.end(), [&](const auto& t) { return t.size() == k_taps; });
+  if (even) {
+    Shape along(static_cast<size_t>(x.ndim()), 1);
+    along[static_cast<size_t>(axis)] = out;
+    std::optional<Tensor> sum;
+    for (size_t k = 0; k < k_taps; ++k) {
+      std::vector<int64_t> picks;
+      std::vector<double> weights;
+      for (int64_t o = 0; o < out; ++o) {
+        picks.push_back(taps.index[static_cast<size_t>(o)][k]);
+        weights.push_back(taps.weight[static_cast<size_t>(o)][k]);
+      }
+      std::optional<Tensor> view = select_view(x, axis, picks);
+      if (!view) {
+        sum.reset();
+        break;
+      }
+      Tensor w = x.dtype() == dtypes::float64 ? Tensor::from_vector(weights, along, x.device())
+                                              : Tensor::from_vector(std::vector<float>(weights.begin(), weights.end()), along, x.device());
+      Tensor term = *view * w.cast(x.dtype());
+      sum = sum ? *sum + term : term;
+    }
+    if (sum) return *sum;
   }
   std::vector<double> table(static_cast<size_t>(out * in), 0.0);
   std::vector<uint8_t> reads(table.size(), 0);

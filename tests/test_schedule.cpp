@@ -1,4 +1,6 @@
 // Kernel counts for known graphs: the fusion rules of schedule/schedule.cpp, held to their word.
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "frontend/nn.h"
@@ -467,4 +469,36 @@ TEST_CASE("nearest interpolation by an integer factor, up or down, reads its inp
           CHECK(got[static_cast<size_t>((nc * h + i) * w + j)] == 2 * in[static_cast<size_t>((nc * 4 + si) * 6 + sj)]);
         }
   }
+}
+
+TEST_CASE("nearest interpolation through views reads what a gather at PyTorch's positions reads", "[schedule]") {
+  // Every size from 1..7 to 1..17 (integer factors become views, the rest runs of views or a gather),
+  // against index_select at floor(o * float(in / out)), clamped: PyTorch's nearest.
+  for (int64_t in = 1; in <= 7; ++in)
+    for (int64_t out = 1; out <= 17; ++out) {
+      CAPTURE(in, out);
+      Tensor x = rand_like_shape({2, in}) + Tensor::arange(2 * in, dtypes::float32).reshape({2, in});
+      std::vector<int64_t> picks;
+      float scale = static_cast<float>(in) / static_cast<float>(out);
+      for (int64_t o = 0; o < out; ++o)
+        picks.push_back(std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale)), in - 1));
+      Tensor want = x.index_select(1, Tensor::from_vector(picks, {out}));
+      CHECK(nn::interpolate(x.reshape({1, 2, in}), nn::InterpolateOptions().size({out})).reshape({2, out}).to_vector<float>() ==
+            want.to_vector<float>());
+    }
+}
+
+TEST_CASE("bilinear upsampling by 2 reads its input through views, not an (out x in) table", "[schedule]") {
+  // Each output reads two inputs: the taps' views times an axis of 16 weights, summed, one axis after
+  // the other. The table it replaced (16 x 8 weights and a mask) read every input of the axis for each
+  // output.
+  Tensor x = rand_like_shape({2, 3, 8, 8});
+  Schedule s = Tensor::schedule({nn::interpolate(x, {16, 16}, "bilinear")});
+  CHECK(s.items.size() <= 2);
+  for (const ScheduleItem& item : s.items)
+    for (const UOpPtr& b : item.bufs) {
+      int64_t size = b->arg_as<BufferArg>().size;
+      CHECK((size == 16 || size >= 2 * 3 * 8 * 8));
+      if (size == 16) CHECK(b->dtype == dtypes::float32);
+    }
 }
