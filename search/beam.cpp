@@ -419,24 +419,50 @@ class Engine {
       }
       if (options_.check) {
         if (checks++ == options_.max_checks) break;
-        auto start = Clock::now();
-        std::optional<std::string> mismatch;
-        {
-          Watchdog::Guard watched = watchdog_.watch(cat("checking [", to_string(t->opts), "]"));
-          mismatch = hooks_.check(t->built);
-        }
-        result_.check_s += seconds_since(start);
-        if (mismatch) {
-          ++result_.mismatched;
-          keep_failure(cat(to_string(t->opts), ": output differs from the default kernel's: ", *mismatch));
-          continue;
-        }
+        if (!matches(*t)) continue;
       }
+      if (options_.confirm_runs > 0) t = shorten(t, all);
       result_.opts = t->opts;
       result_.best_seconds = t->seconds;
       result_.improved = true;
       return;
     }
+  }
+
+  // Whether the candidate's output matches (hooks.check); a mismatch is kept as a failure.
+  bool matches(const Timed& t) {
+    auto start = Clock::now();
+    std::optional<std::string> mismatch;
+    {
+      Watchdog::Guard watched = watchdog_.watch(cat("checking [", to_string(t.opts), "]"));
+      mismatch = hooks_.check(t.built);
+    }
+    result_.check_s += seconds_since(start);
+    if (!mismatch) return true;
+    ++result_.mismatched;
+    keep_failure(cat(to_string(t.opts), ": output differs from the default kernel's: ", *mismatch));
+    return false;
+  }
+
+  // The winner's shortest prefix (its list less the last few opts: a list the beam grew it from) that
+  // runs within min_gain of it, timed side by side, and beats the default by min_gain again (retest),
+  // else the winner: a plateau's lists are ties, and which end of it a beam reached was the noise's
+  // choice (a small conv's main kernel won with and without a trailing SWAP in fresh searches).
+  Timed* shorten(Timed* winner, std::vector<Timed>& all) {
+    for (size_t n = 1; n < winner->opts.size(); ++n) {
+      std::vector<Opt> prefix(winner->opts.begin(), winner->opts.begin() + std::ptrdiff_t(n));
+      if (prefix == default_.opts) continue;
+      auto found = std::find_if(all.begin(), all.end(), [&](const Timed& t) { return t.opts == prefix && t.built.artifact; });
+      if (found == all.end() || found->built.source == default_.built.source) continue;
+      std::vector<double> base;
+      auto start = Clock::now();
+      Paired p = time_paired({&*found}, base, hooks_.time, options_.confirm_runs, winner)[0];
+      result_.timing_s += seconds_since(start);
+      if (p.failed || p.median > 1 + options_.min_gain || !retest(&*found)) continue;
+      if (options_.check && !matches(*found)) continue;
+      return &*found;
+    }
+    return winner;
   }
 
   // One contender against the default, over confirm_runs rounds of timing both.
@@ -449,15 +475,15 @@ class Engine {
     bool consistently_faster() const { return !failed && rounds > 0 && wins * 5 >= rounds * 4; }
   };
 
-  // Times the contenders and the default round-robin, confirm_runs rounds (the default first in every
-  // other round, so neither side always follows the other), and pairs each contender's time with the
-  // default's in the same round: the machine's speed drifts between minutes, so comparing each one's
+  // Times the contenders and the default (or `against`) round-robin, `runs` rounds (the default first in
+  // every other round, so neither side always follows the other), and pairs each contender's time with
+  // the default's in the same round: the machine's speed drifts between minutes, so comparing each one's
   // minimum let a contender that met a fast moment beat an equal default (a memory-bound elementwise
   // kernel: four fresh searches, four winners). `base`: the default's times.
   std::vector<Paired> time_paired(const std::vector<Timed*>& contenders, std::vector<double>& base,
-                                  const std::function<double(const Built&)>& time, int runs) {
+                                  const std::function<double(const Built&)>& time, int runs, Timed* against = nullptr) {
     std::vector<Timed*> timed = contenders;
-    timed.push_back(&default_);
+    timed.push_back(against ? against : &default_);
     std::vector<std::vector<double>> rounds(timed.size());  // each one's time in each round
     std::vector<Paired> out(contenders.size());
     for (int run = 0; run < runs; ++run)

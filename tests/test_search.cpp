@@ -592,6 +592,24 @@ TEST_CASE("search: with parts of launches timed, the retest times whole ones", "
   }
 }
 
+TEST_CASE("search: the winner's shortest prefix within min_gain of it, side by side, wins instead", "[search]") {
+  // UPCAST(0,4) UNROLL(1,4) wins (6.0 s); its prefix UPCAST(0,4) timed 6.5 in search (not a tie, and
+  // with one contender not confirmed), then 6.1 beside the winner: within 5%, and 39% under the default
+  // again, so the shorter list wins. Still 6.5 beside it, the winner stays.
+  for (double later : {6.1, 6.5}) {
+    CAPTURE(later);
+    FakeWorld w;
+    w.actions = {up(0, 4), un(1, 4)};
+    w.times = {{"", 10.0}, {"UPCAST(0,4) UNROLL(1,4)", 6.0}};
+    w.sequence = {{"UPCAST(0,4)", {6.5, 6.5, 6.5, later}}};
+    SearchOptions o = options();
+    o.max_contenders = 1;
+    SearchResult r = beam_search(w.hooks(), o);
+    CHECK(to_string(r.opts) == (later < 6.3 ? "UPCAST(0,4)" : "UPCAST(0,4) UNROLL(1,4)"));
+    CHECK(r.improved);
+  }
+}
+
 TEST_CASE("search: a kernel goes by the simplest list that made its source", "[search]") {
   // The seed UPCAST(0,4) is timed in round 0; UNROLL(1,4), met in round 1, makes the same source: a
   // duplicate, not timed, but simpler (by text, at equal length), so the winner goes by its name. Which
