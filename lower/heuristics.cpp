@@ -108,8 +108,9 @@ bool has_transcendental_along(const UOpPtr& sink, const UOpPtr& r, const DeviceS
 }
 
 
-// A transpose's other axis: the output axis (not r) along which the first load that gathers r's lanes
-// walks contiguously; none when no load gathers them or that one walks no output axis so.
+// A transpose's other axis: the axis of `outputs` (not r; the reduce axes for a reduction's gathered
+// copies) along which the first load that gathers r's lanes walks contiguously; none when no load
+// gathers them or that one walks none of them so.
 std::optional<int> transpose_partner(const UOpPtr& sink, const std::vector<Axis>& axes, const std::vector<int>& outputs, int r) {
   for (const UOpPtr& u : toposort(sink)) {  // analysis: a question about the loads, rewrites nothing
     if (u->op != Op::LOAD || u->src[0]->op != Op::INDEX) continue;
@@ -325,6 +326,19 @@ void Plan::tile_opts() {
           opts.push_back({OptOp::UPCAST, *a, copies});
           remaining[*a] /= copies;
         }
+    // Scalar copies in a reduction whose loads gather across them (no output axis had every moving load
+    // contiguous: a first conv's weight gradient, its output gradient 1024 floats apart from one output
+    // channel to the next): 4 steps of the reduce loop that load walks contiguously in each iteration make
+    // each copy's 4 loads one vector load (combine_accesses), each gathered line read once, not 4 times
+    // (r_3_3_32_16_32_32 of a UNet: 1.3-1.5 -> 0.6-0.8 ms, alternating binaries; BEAM had found this
+    // unroll; a transformer's sums with 16 copies, r_16_128_192 and r_32_64_128, changed within the noise).
+    // With a vector tile it changed transformers' matmuls for no gain, so not there.
+    if (!vector && tile != 0 && reduces && !is_gpu(spec) && !loads_contiguously(sink, r)) {
+      std::vector<int> reduce_axes;
+      for (size_t j = 0; j < axes.size(); ++j)
+        if (axes[j].kind == AxisKind::Reduce) reduce_axes.push_back(static_cast<int>(j));
+      if (std::optional<int> a = transpose_partner(sink, axes, reduce_axes, last)) unroll_by_first(*a, {4});
+    }
     // A vector with no rows is one accumulator: each step's FMA waits for the last one (4 cycles).
     // Folding 4 steps of the innermost reduce loop into each update leaves one dependent add per 4
     // products (a weight gradient of 16 output channels, 6 input channels and 5x5 taps:
@@ -429,7 +443,8 @@ void Plan::cpu_launch_opts() {
 //   scalar copies of the innermost loop); the rows are the output loop, nearest the inside, that
 //   some load does not move along (so each load feeds a row of the tile);
 //   a short output axis (2-8) may be the rows whole; with no vector, 16 or 8 scalar copies along an
-//   output loop some load walks contiguously, then the rows;
+//   output loop some load walks contiguously, then the rows; when another load gathers across those
+//   copies, the reduce loop it walks contiguously unrolled by 4;
 // - sums whose innermost reduce loop every moving load walks contiguously, with no output loop that all
 //   do: no tile, so the compiler vectorizes that loop (a layer norm's sums);
 // - reductions with one output loop that the loads walk contiguously (a column sum): vector lanes;
