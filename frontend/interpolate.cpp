@@ -1,9 +1,10 @@
 // nn::interpolate: resampling one spatial axis at a time. For each axis, the host works out which input
 // positions each output position reads (its taps) and with what weights, with PyTorch 1.13's CPU
 // index arithmetic in PyTorch's precision (float for float32 and narrower, double for float64), so
-// that the same positions are picked. The tensor graph then applies them the way index_select does,
-// as a masked sum over an (out x in) table, here with the taps' weights in the table: one reduce per
-// axis, with no gather primitive, and gradients from autograd of where, mul and sum.
+// that the same positions are picked. The tensor graph then reads them through views where the
+// positions are a few runs (integer factors: each input k times, every k-th input), each tap's view
+// times an axis of weights; otherwise the nearest modes gather (index_select) and the others sum over
+// an (out x in) table of the taps' weights. Gradients come from autograd of the views, mul, where and sum.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -104,11 +105,11 @@ AxisTaps axis_taps(Mode mode, int64_t in, int64_t out, bool align_corners, std::
   return taps;
 }
 
-// One stretch of picks that a view of x reads: from `first`, `length` outputs that read input `start`
-// onwards, each input `repeat` times in order (the first one `head` times, head <= repeat), or with
-// repeat 1, every `step`-th input (step 0: one input over and over).
+// One stretch of picks that a view of x reads: `length` outputs that read input `start` onwards, each
+// input `repeat` times in order (the first one `head` times, head <= repeat), or with repeat 1, every
+// `step`-th input (step 0: one input over and over).
 struct Run {
-  int64_t first = 0, length = 0, start = 0, repeat = 1, head = 1, step = 1;
+  int64_t length = 0, start = 0, repeat = 1, head = 1, step = 1;
 };
 
 // The picks as few runs as greedy finds, or nullopt past kMaxRuns: integer up- and downsampling, with
@@ -126,7 +127,7 @@ std::optional<std::vector<Run>> runs_of(const std::vector<int64_t>& picks) {
   std::vector<Run> runs;
   for (int64_t o = 0; o < out;) {
     if (runs.size() == kMaxRuns) return std::nullopt;
-    Run r{o, 0, at(o), 1, 1, 0};
+    Run r{0, at(o), 1, 1, 0};
     int64_t g1 = group(o), next = o + g1;
     int64_t g2 = next < out ? group(next) : 0;
     if (g1 == 1 && next < out && g2 == 1 && at(next) > at(o)) {  // every step-th input

@@ -21,8 +21,9 @@
 // The few fastest that beat the default are then timed again beside it, round-robin (confirm_runs), and
 // each is judged by the median over rounds of its time over the default's in the same round (paired, so
 // the machine's drift between minutes cancels); within min_gain of the fastest, fewer opts win, and the
-// one picked must beat the default by min_gain again in fresh rounds. Lists that lower to one source
-// are one candidate, named by the simplest of them.
+// one picked must beat the default by min_gain again in fresh rounds; its shortest prefix that runs
+// within min_gain of it side by side (and beats the default again) is picked instead. Lists that lower
+// to one source are one candidate, named by the simplest of them.
 // Before the winner is accepted, its output is compared with the plain kernel's (no opts; search_kernel
 // uses the default kernel past 2^26 loop iterations) on the same random inputs (search/verify.h, as `kiln cache verify` does); a winner that does not match is rejected
 // and the next fastest is checked.
