@@ -711,4 +711,50 @@ Tensor unfold(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t
   return win.permute({0, 1, 4, 5, 2, 3}).reshape({n, c * kernel[0] * kernel[1], l});
 }
 
+namespace {
+
+// (..., C, H, W) -> (lead dims, C, H, W) as sizes, checking the rank and the factor.
+Shape pixel_dims(const Tensor& x, int64_t r, const char* op) {
+  if (x.ndim() < 3) throw Error(kiln::cat(op, ": expected an input of 3 or more dimensions (..., C, H, W), got shape ", shape_str(x.shape())));
+  if (r < 1) throw Error(kiln::cat(op, ": the factor must be >= 1, got ", r));
+  return x.shape();
+}
+
+}  // namespace
+
+Tensor pixel_shuffle(const Tensor& x, int64_t r) {
+  Shape s = pixel_dims(x, r, "pixel_shuffle");
+  size_t n = s.size();
+  int64_t c = s[n - 3], h = s[n - 2], w = s[n - 1];
+  if (c % (r * r) != 0)
+    throw Error(kiln::cat("pixel_shuffle: ", c, " channels of shape ", shape_str(s), " are not divisible by the factor squared (", r * r,
+                          "); use a factor whose square divides the channels"));
+  // (..., C, r, r, H, W) -> (..., C, H, r, W, r): out[c, h*r + i, w*r + j] = in[c*r*r + i*r + j, h, w].
+  Shape split(s.begin(), s.end() - 3), merged(s.begin(), s.end() - 3);
+  split.insert(split.end(), {c / (r * r), r, r, h, w});
+  merged.insert(merged.end(), {c / (r * r), h * r, w * r});
+  std::vector<int64_t> order;
+  for (size_t i = 0; i + 3 < n; ++i) order.push_back(static_cast<int64_t>(i));
+  auto b = static_cast<int64_t>(n - 3);
+  order.insert(order.end(), {b, b + 3, b + 1, b + 4, b + 2});
+  return x.reshape(split).permute(order).reshape(merged);
+}
+
+Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
+  Shape s = pixel_dims(x, r, "pixel_unshuffle");
+  size_t n = s.size();
+  int64_t c = s[n - 3], h = s[n - 2], w = s[n - 1];
+  if (h % r != 0 || w % r != 0)
+    throw Error(kiln::cat("pixel_unshuffle: height ", h, " and width ", w, " of shape ", shape_str(s), " must both be divisible by the factor ", r));
+  // (..., C, H, r, W, r) -> (..., C, r, r, H, W): the inverse of pixel_shuffle.
+  Shape split(s.begin(), s.end() - 3), merged(s.begin(), s.end() - 3);
+  split.insert(split.end(), {c, h / r, r, w / r, r});
+  merged.insert(merged.end(), {c * r * r, h / r, w / r});
+  std::vector<int64_t> order;
+  for (size_t i = 0; i + 3 < n; ++i) order.push_back(static_cast<int64_t>(i));
+  auto b = static_cast<int64_t>(n - 3);
+  order.insert(order.end(), {b, b + 2, b + 4, b + 1, b + 3});
+  return x.reshape(split).permute(order).reshape(merged);
+}
+
 }  // namespace kiln::nn

@@ -551,4 +551,35 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 // The (N, C, H, W) shorthand for InterpolateOptions().size({size[0], size[1]}).mode(mode).align_corners(align_corners).
 Tensor interpolate(const Tensor& x, std::array<int64_t, 2> size, const std::string& mode = "nearest", bool align_corners = false);
 
+
+// torch.nn.Upsample: interpolate as a module, with interpolate's options (size or scale_factor, mode,
+// align_corners):
+//
+//   auto up = std::make_shared<nn::Upsample>(nn::InterpolateOptions().scale_factor({2.0}).mode("bilinear"));
+class Upsample : public Module {
+ public:
+  explicit Upsample(InterpolateOptions options) : options(std::move(options)) {}
+  Tensor forward(const Tensor& x) override { return interpolate(x, options); }
+  InterpolateOptions options;
+};
+
+// torch.nn.functional.pixel_shuffle and pixel_unshuffle on (..., C, H, W), views: pixel_shuffle moves
+// channel c*r*r + i*r + j to pixel (h*r + i, w*r + j) of channel c, (C*r*r, H, W) -> (C, H*r, W*r);
+// pixel_unshuffle is its inverse. A factor that does not divide the channels (or the height and width)
+// is an Error.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+class PixelShuffle : public Module {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor) : upscale_factor(upscale_factor) {}
+  Tensor forward(const Tensor& x) override { return pixel_shuffle(x, upscale_factor); }
+  int64_t upscale_factor;
+};
+class PixelUnshuffle : public Module {
+ public:
+  explicit PixelUnshuffle(int64_t downscale_factor) : downscale_factor(downscale_factor) {}
+  Tensor forward(const Tensor& x) override { return pixel_unshuffle(x, downscale_factor); }
+  int64_t downscale_factor;
+};
+
 }  // namespace kiln::nn

@@ -1,6 +1,7 @@
 // kiln against libtorch for sliding windows and resampling: Tensor::unfold (torch.Tensor.unfold),
-// nn::unfold (im2col), avg_pool2d's divisor_override, and nn::interpolate in every mode, by size and
-// by scale factor, on 3-D and 4-D inputs. Forward values and the gradients of sum(f(x) * w).
+// nn::unfold (im2col), avg_pool2d's divisor_override, nn::interpolate in every mode, by size and
+// by scale factor, on 3-D and 4-D inputs, Upsample, and pixel_shuffle / pixel_unshuffle. Forward values
+// and the gradients of sum(f(x) * w).
 #include "check_op.h"
 #include "frontend/nn.h"
 
@@ -196,6 +197,32 @@ TEST_CASE("interpolate: bad arguments name the op, the values and the fix", "[to
   CHECK_THROWS_WITH(nn::interpolate(x, {3, 3}, "nearest", true), Catch::Contains("align_corners applies to \"linear\", \"bilinear\" and \"bicubic\" only, not \"nearest\""));
   CHECK_THROWS_WITH(nn::interpolate(x.cast(dtypes::int32), {3, 3}, "bicubic"), Catch::Contains("mode \"bicubic\" needs a float input, got int32"));
   CHECK_THROWS_WITH(nn::interpolate(l, {3, 3}), Catch::Contains("expected a 4-D input (N, C, H, W) for a size of two values"));
+}
+
+TEST_CASE("torch: pixel_shuffle and pixel_unshuffle, and Upsample as interpolate, with gradients", "[torch][nn][interpolate]") {
+  Source src(325);
+  Batch batch;
+  for (at::ScalarType dt : kFloats) {
+    at::Tensor x = src.values({2, 12, 3, 5}, dt), y = src.values({3, 2, 6, 4}, dt), b = src.values({18, 2, 2}, dt);
+    at::Tensor finite = src.values({3, 2, 6, 4}, dt, Values::Finite);  // a norm-wise tolerance needs finite values
+    for (int64_t r : {1, 2})
+      check_op(batch, src, cat("pixel_shuffle ", r, " ", name(dt)), {x}, [&](auto& v) { return nn::pixel_shuffle(v[0], r); },
+               [&](auto& v) { return at::pixel_shuffle(v[0], r); }, 0);
+    check_op(batch, src, cat("pixel_shuffle 3, no batch ", name(dt)), {b}, [](auto& v) { return nn::pixel_shuffle(v[0], 3); },
+             [](auto& v) { return at::pixel_shuffle(v[0], 3); }, 0);
+    check_op(batch, src, cat("pixel_unshuffle 2 ", name(dt)), {y}, [](auto& v) { return nn::PixelUnshuffle(2).forward(v[0]); },
+             [](auto& v) { return at::pixel_unshuffle(v[0], 2); }, 0);
+    check_op(batch, src, cat("Upsample bilinear x2 ", name(dt)), {finite},
+             [](auto& v) { return nn::Upsample(nn::InterpolateOptions().scale_factor({2.0}).mode("bilinear")).forward(v[0]); },
+             [](auto& v) { return at::upsample_bilinear2d(v[0], {12, 8}, false, 2.0, 2.0); }, 16);
+  }
+  batch.run();
+  Tensor t = Tensor::ones({1, 8, 4, 6});
+  CHECK(nn::pixel_unshuffle(nn::pixel_shuffle(t, 2), 2).shape() == Shape{1, 8, 4, 6});
+  CHECK_THROWS_WITH(nn::pixel_shuffle(t, 3), Catch::Contains("pixel_shuffle: 8 channels of shape (1, 8, 4, 6) are not divisible by the factor squared (9)"));
+  CHECK_THROWS_WITH(nn::pixel_unshuffle(t, 4), Catch::Contains("pixel_unshuffle: height 4 and width 6 of shape (1, 8, 4, 6) must both be divisible by the factor 4"));
+  CHECK_THROWS_WITH(nn::pixel_shuffle(Tensor::ones({4, 4}), 2), Catch::Contains("expected an input of 3 or more dimensions"));
+  CHECK_THROWS_WITH(nn::pixel_shuffle(t, 0), Catch::Contains("the factor must be >= 1, got 0"));
 }
 
 }  // namespace
