@@ -254,19 +254,18 @@ void Plan::tile_opts() {
     // 10000) x (10000, 200): 52-77 -> 27-34 ms, alternating binaries (its weight gradient, a 700-long sum,
     // was 15% slower padded: not padded); the same product alone 57 -> 101 GFLOP/s.
     bool padded_vector = false;
-    if (vector && reduces && !is_gpu(spec) && reduce_iterations(axes) >= kMinPaddedReduce) {
-      int64_t full = register_lanes(store->src[1]->dtype, spec), size_now = remaining[last];
+    int64_t full = register_lanes(store->src[1]->dtype, spec), size_now = remaining[last];
+    if (vector && reduces && !is_gpu(spec) && lanes < full && size_now >= 4 * full && reduce_iterations(axes) >= kMinPaddedReduce &&
+        vector_eligible(sink, r, full, spec))
       for (int64_t multiple : {2 * full, full}) {
         int64_t padded = (size_now + multiple - 1) / multiple * multiple;
-        if (lanes < full && size_now >= 4 * full && (padded - size_now) * 8 <= size_now && vector_eligible(sink, axes[last].range, full, spec)) {
-          opts.push_back({OptOp::PADTO, last, multiple});
-          remaining[last] = padded;
-          lanes = full;
-          padded_vector = true;
-          break;
-        }
+        if ((padded - size_now) * 8 > size_now) continue;
+        opts.push_back({OptOp::PADTO, last, multiple});
+        remaining[last] = padded;
+        lanes = full;
+        padded_vector = true;
+        break;
       }
-    }
     bool inner_vectorizes = !vector && reduce_contiguous;
     int64_t tile_rows = 0;  // the register tile's rows, when it has some
     // The first UPCAST that can be vector lanes becomes them: rows that could (a valid conv's image is
