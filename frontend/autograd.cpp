@@ -28,8 +28,9 @@ thread_local bool g_grad_enabled = true;
 
 struct GradContext : RewriteContext {
   ShapeCache shapes;
+  DeviceCache devices;
   UOpPtr grad;  // the gradient of the node being rewritten
-  Tensor t(const UOpPtr& u) { return Tensor(u, shapes(u)); }
+  Tensor t(const UOpPtr& u) { return Tensor(u, shapes(u), devices(u)); }
 };
 
 GradContext& ctx(const Match& m) { return m.context<GradContext>(); }
@@ -402,23 +403,6 @@ struct Autograd {
     return out;
   }
 
-  // Whether root reaches one of `nodes`, through the graphs behind realized values too.
-  static bool depends_on(const UOpPtr& root, const std::unordered_set<const UOp*>& nodes) {
-    if (nodes.empty()) return false;
-    std::unordered_map<const UOp*, UOpPtr> behind = computed_graphs();
-    std::unordered_set<const UOp*> seen;
-    std::vector<const UOp*> stack{root.get()};
-    while (!stack.empty()) {
-      const UOp* u = stack.back();
-      stack.pop_back();
-      if (!seen.insert(u).second) continue;
-      if (nodes.count(u)) return true;
-      if (u->op == Op::DETACH) continue;
-      if (auto it = behind.find(u); it != behind.end()) stack.push_back(it->second.get());
-      for (const UOpPtr& s : u->src) stack.push_back(s.get());
-    }
-    return false;
-  }
   // root with every realized value in it (other than the targets themselves) replaced by the graph that
   // computed it, recursively: the graph backprop differentiates.
   static UOpPtr unrealized(const UOpPtr& root, const std::unordered_set<const UOp*>& targets) {
@@ -441,22 +425,85 @@ struct Autograd {
     return replace.empty() ? root : substitute(root, replace);
   }
 
-  // realize_all calls this after replacing a tensor's node by its buffer.
-  static void realized(Tensor& t, const UOpPtr& before) {
-    Tensor::State& s = *t.state_;
-    if (s.requires_grad) {
-      s.former = before;
-      return;
+  // Which of `roots` reach one of `nodes` (through the graphs behind realized values too; not below a
+  // DETACH), in one walk: each node is visited once however many roots share it (an optimizer's step
+  // realizes dozens of values whose graphs share the forward and backward pass; a walk per root cost
+  // a tenth of an eager LSTM step).
+  static std::vector<bool> each_depends_on(const std::vector<UOpPtr>& roots, const std::unordered_set<const UOp*>& nodes) {
+    std::vector<bool> out(roots.size(), false);
+    if (nodes.empty()) return out;
+    std::unordered_map<const UOp*, UOpPtr> behind = computed_graphs();
+    std::unordered_map<const UOp*, bool> reaches;  // settled nodes
+    struct Frame {
+      const UOp* u;
+      size_t next = 0;    // the next edge to follow: sources, then the graph behind it
+      bool hit = false;
+    };
+    std::vector<Frame> stack;
+    auto edge = [&](const UOp* u, size_t i) -> const UOp* {
+      if (i < u->src.size()) return u->src[i].get();
+      if (i == u->src.size())
+        if (auto it = behind.find(u); it != behind.end()) return it->second.get();
+      return nullptr;
+    };
+    for (size_t r = 0; r < roots.size(); ++r) {
+      if (auto it = reaches.find(roots[r].get()); it != reaches.end()) {
+        out[r] = it->second;
+        continue;
+      }
+      stack.push_back({roots[r].get()});
+      while (!stack.empty()) {
+        Frame& f = stack.back();
+        if (f.next == 0 && (nodes.count(f.u) || f.u->op == Op::DETACH)) {
+          f.hit = nodes.count(f.u) > 0;
+          f.next = SIZE_MAX;
+        }
+        const UOp* child = f.hit || f.next == SIZE_MAX ? nullptr : edge(f.u, f.next);
+        if (child) {
+          ++f.next;
+          if (auto it = reaches.find(child); it != reaches.end()) f.hit = it->second;
+          else stack.push_back({child});
+          continue;
+        }
+        bool hit = f.hit;
+        reaches[f.u] = hit;
+        stack.pop_back();
+        if (!stack.empty() && hit) stack.back().hit = true;
+      }
+      out[r] = reaches.at(roots[r].get());
     }
+    return out;
+  }
+
+  // Whether root reaches one of `nodes`, through the graphs behind realized values too.
+  static bool depends_on(const UOpPtr& root, const std::unordered_set<const UOp*>& nodes) {
+    return each_depends_on({root}, nodes)[0];
+  }
+
+  // realize_all calls this after replacing each tensor's node by its buffer (befores[j]: tensors[j]'s
+  // node before). A value computed from a leaf keeps its graph for backward().
+  static void realized(std::vector<Tensor>& tensors, const std::vector<UOpPtr>& befores) {
     std::vector<StatePtr> l = leaves();
-    if (!l.empty() && depends_on(before, leaf_nodes(l))) record(s.uop, before);
-    // Computed here (not a copy of a buffer), and a float: integers and bools carry no gradient (ops realize
-    // their indices to check them on the host).
-    else if (is_float(before->dtype) && !detail::realized_buffer(before)) record_opaque(s.uop);
+    std::vector<UOpPtr> asked;
+    for (size_t j = 0; j < tensors.size(); ++j)
+      if (!tensors[j].state_->requires_grad) asked.push_back(befores[j]);
+    std::vector<bool> reach = l.empty() ? std::vector<bool>(asked.size(), false) : each_depends_on(asked, leaf_nodes(l));
+    for (size_t j = 0, k = 0; j < tensors.size(); ++j) {
+      Tensor::State& s = *tensors[j].state_;
+      const UOpPtr& before = befores[j];
+      if (s.requires_grad) {
+        s.former = before;
+        continue;
+      }
+      if (reach[k++]) record(s.uop, before);
+      // Computed here (not a copy of a buffer), and a float: integers and bools carry no gradient (ops realize
+      // their indices to check them on the host).
+      else if (is_float(before->dtype) && !detail::realized_buffer(before)) record_opaque(s.uop);
+    }
   }
 };
 
-void detail::after_realize(Tensor& t, const UOpPtr& before) { Autograd::realized(t, before); }
+void detail::after_realize(std::vector<Tensor>& tensors, const std::vector<UOpPtr>& befores) { Autograd::realized(tensors, befores); }
 
 void detail::set_custom_gradient(const Tensor& out, const std::vector<Tensor>& inputs, CustomVjp vjp) {
   CustomGradient c{out.uop(), {}, {}, std::move(vjp)};

@@ -35,7 +35,7 @@ Tensor signed_zero(const Tensor& x);
 UOpPtr no_grad_wrap(UOpPtr u);
 // The BUFFER behind a realized tensor's node (BUFFER, or RESHAPE of one), else null.
 UOpPtr realized_buffer(const UOpPtr& u);
-void after_realize(Tensor& t, const UOpPtr& before);
+void after_realize(std::vector<Tensor>& tensors, const std::vector<UOpPtr>& befores);  // befores[j]: tensors[j]'s node before
 
 // Host values a step computes (an optimizer's step count and bias corrections, the RNG's counter).
 // host_work runs `work` now and, inside a step being captured (frontend/jit.h), again before the

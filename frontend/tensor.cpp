@@ -616,12 +616,13 @@ void realize_all(std::vector<Tensor>& given, bool with_pending_assigns) {
     targets.push_back(keep ? target : nullptr);
   }
   std::vector<UOpPtr> buffers = realize_uops(outputs, targets);
+  std::vector<UOpPtr> befores;
   for (size_t j = 0; j < tensors.size(); ++j) {
     Tensor& t = tensors[j];
     t.state_->target = nullptr;
-    UOpPtr before = std::exchange(t.state_->uop, movement(Op::RESHAPE, buffers[j], t.shape()));
-    detail::after_realize(t, before);
+    befores.push_back(std::exchange(t.state_->uop, movement(Op::RESHAPE, buffers[j], t.shape())));
   }
+  detail::after_realize(tensors, befores);
 }
 
 Tensor& Tensor::realize() {

@@ -62,6 +62,32 @@ UOpPtr device_of(const UOpPtr& u) {
   throw_internal("every tensor graph reaches a DEVICE", str(u), __FILE__, __LINE__);
 }
 
+UOpPtr DeviceCache::operator()(const UOpPtr& u) {
+  std::vector<const UOpPtr*> path;
+  UOpPtr found;
+  for (const UOpPtr* n = &u;; n = &(*n)->src[0]) {
+    if (auto it = memo_.find(n->get()); it != memo_.end()) {
+      found = it->second.second;
+      break;
+    }
+    if ((*n)->op == Op::DEVICE) {
+      found = *n;
+      break;
+    }
+    path.push_back(n);
+    if ((*n)->op == Op::COPY) {
+      found = (*n)->src[1];
+      break;
+    }
+    if ((*n)->src.empty()) {  // a leaf with no device (a variable): the nearest DEVICE of u's graph
+      found = device_of(u);
+      break;
+    }
+  }
+  for (const UOpPtr* n : path) memo_.try_emplace(n->get(), *n, found);
+  return found;
+}
+
 namespace {
 
 // Elementwise nodes used by several consumers are recomputed in each (memory-bound kernels pay

@@ -11,6 +11,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "schedule/shape.h"
@@ -53,5 +54,16 @@ Schedule create_schedule(const std::vector<UOpPtr>& outputs, const BufferMaker& 
 
 // The DEVICE node a tensor-level node computes on.
 UOpPtr device_of(const UOpPtr& u);
+
+// device_of for many nodes of one graph (autograd asks for every gradient node it makes): a node's
+// device is its first source's (a COPY's, its destination), memoized, so each walk stops at the first
+// node an earlier one passed. The nodes asked about are kept alive while the cache lives.
+class DeviceCache {
+ public:
+  UOpPtr operator()(const UOpPtr& u);
+
+ private:
+  std::unordered_map<const UOp*, std::pair<UOpPtr, UOpPtr>> memo_;  // node -> (node, its DEVICE)
+};
 
 }  // namespace kiln

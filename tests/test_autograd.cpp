@@ -499,3 +499,42 @@ TEST_CASE("autograd: bad use is an error that says what to do", "[autograd]") {
   v.backward(Tensor::ones({2}));  // with an explicit gradient it works
   CHECK(w.grad()->to_vector<float>() == std::vector<float>{2, 2});
 }
+
+// Gradients across devices: the gradient of each part lives on that part's device (autograd finds a
+// node's device from its first source, memoized; a COPY's is its destination), checked against the
+// closed form and against device_of's search on every node of the gradient graph.
+TEST_CASE("autograd: gradients through to() stay on each part's device", "[autograd]") {
+  Tensor w = Tensor::from_vector<float>({1, 2, 3}, {3}, "CPU").requires_grad_();
+  Tensor v = Tensor::from_vector<float>({4, 5, 6}, {3}, "CPU:1").requires_grad_();
+  Tensor moved = (w * w).to("CPU:1");                  // w^2 on CPU:1
+  Tensor loss = ((moved * v).sum() + (v * 2).sum()).to("CPU");
+  std::vector<Tensor> g = gradients(loss, {w, v});
+  CHECK(g[0].device() == "CPU");
+  CHECK(g[1].device() == "CPU:1");
+  CHECK(g[0].to_vector<float>() == std::vector<float>{8, 20, 36});  // 2 w v
+  CHECK(g[1].to_vector<float>() == std::vector<float>{3, 6, 11});   // w^2 + 2
+  Tensor g2 = gradients((moved * v).sum(), {w})[0];
+  DeviceCache devices;
+  for (const UOpPtr& u : toposort(g2.uop()))
+    if (u->op != Op::DEVICE && u->op != Op::DEFINE_VAR && u->op != Op::SINK) {
+      INFO(str(u));
+      CHECK(devices(u) == device_of(u));
+    }
+}
+
+// An optimizer's step realizes many values at once; which of them keep a graph for backward() is
+// decided in one walk over all of them: those computed from a leaf, not those computed from detached
+// values, whichever order they come in and however much graph they share.
+TEST_CASE("autograd: realizing several values at once keeps the graph of each one computed from a leaf", "[autograd]") {
+  Tensor w = Tensor::from_vector<float>({1, 2, 3}, {3}).requires_grad_();
+  Tensor shared = w * 3;
+  Tensor plain = shared.detach() + 1, from_w = shared + 1, again = from_w * 2, constant = w.detach() * w.detach();
+  std::vector<Tensor> all{plain, from_w, constant, again};
+  realize_all(all);
+  CHECK_FALSE(plain.requires_grad());
+  CHECK_FALSE(constant.requires_grad());
+  CHECK(from_w.requires_grad());
+  CHECK(again.requires_grad());
+  CHECK(gradients((again * plain).sum(), {w})[0].to_vector<float>() == std::vector<float>{24, 42, 60});  // 6 (3w + 1)
+  CHECK(gradients(from_w.sum(), {w})[0].to_vector<float>() == std::vector<float>{3, 3, 3});
+}
