@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 namespace kiln::optim {
@@ -128,6 +129,61 @@ Tensor Adam::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor&
   return base - lr_t / bc1 * m / (v.sqrt() / bc2_sqrt + eps);
 }
 
+RMSprop::RMSprop(std::vector<Tensor> params, double lr, double alpha, double eps, double weight_decay, double momentum, bool centered)
+    : Optimizer(std::move(params), lr), alpha(alpha), eps(eps), weight_decay(weight_decay), momentum(momentum), centered(centered) {
+  if (!(alpha >= 0 && alpha <= 1)) throw Error(kiln::cat("RMSprop: alpha must be in [0, 1], got ", alpha));
+  if (!(eps >= 0)) throw Error(kiln::cat("RMSprop: eps must be >= 0, got ", eps));
+  if (!(momentum >= 0)) throw Error(kiln::cat("RMSprop: momentum must be >= 0, got ", momentum));
+  if (!(weight_decay >= 0)) throw Error(kiln::cat("RMSprop: weight_decay must be >= 0, got ", weight_decay));
+}
+
+Tensor RMSprop::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
+  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  auto& s = state_[i];
+  if (!s.count("square_avg")) {
+    s["square_avg"] = p.zeros_like();
+    if (centered) s["grad_avg"] = p.zeros_like();
+    if (momentum > 0) s["momentum_buffer"] = p.zeros_like();
+  }
+  Tensor v = s["square_avg"] * alpha + g * g * (1 - alpha);
+  s["square_avg"].assign(v);  // in place: the step allocates nothing
+  Tensor denom = v;
+  if (centered) {
+    Tensor m = s["grad_avg"] * alpha + g * (1 - alpha);
+    s["grad_avg"].assign(m);
+    denom = v - m * m;
+  }
+  Tensor step = g / (denom.sqrt() + eps);
+  if (momentum > 0) {
+    Tensor b = s["momentum_buffer"] * momentum + step;
+    s["momentum_buffer"].assign(b);
+    step = b;
+  }
+  return p - step * scalar(hyper, 0, p);
+}
+
+Adagrad::Adagrad(std::vector<Tensor> params, double lr, double lr_decay, double weight_decay, double initial_accumulator_value, double eps)
+    : Optimizer(std::move(params), lr), lr_decay(lr_decay), weight_decay(weight_decay), initial_accumulator_value(initial_accumulator_value), eps(eps) {
+  if (!(lr_decay >= 0)) throw Error(kiln::cat("Adagrad: lr_decay must be >= 0, got ", lr_decay));
+  if (!(weight_decay >= 0)) throw Error(kiln::cat("Adagrad: weight_decay must be >= 0, got ", weight_decay));
+  if (!(initial_accumulator_value >= 0)) throw Error(kiln::cat("Adagrad: initial_accumulator_value must be >= 0, got ", initial_accumulator_value));
+  if (!(eps >= 0)) throw Error(kiln::cat("Adagrad: eps must be >= 0, got ", eps));
+}
+
+std::vector<double> Adagrad::hyper_values() const {
+  // steps_ was already advanced for the step being taken.
+  return {lr / (1 + static_cast<double>(steps_ - 1) * lr_decay)};
+}
+
+Tensor Adagrad::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
+  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  auto& s = state_[i];
+  if (!s.count("sum")) s["sum"] = p.full_like(initial_accumulator_value);
+  Tensor sum = s["sum"] + g * g;
+  s["sum"].assign(sum);
+  return p - g / (sum.sqrt() + eps) * scalar(hyper, 0, p);
+}
+
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   std::optional<Tensor> total;
   for (const Tensor& p : params)
@@ -179,6 +235,68 @@ double WarmupCosineLR::lr_at(int64_t step) const {
   if (step < warmup) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup);
   double t = static_cast<double>(std::min(step, total) - warmup) / static_cast<double>(total - warmup);
   return eta_min + (base_lr_ - eta_min) * (1 + std::cos(std::numbers::pi * t)) / 2;
+}
+
+}  // namespace kiln::optim
+
+namespace kiln::optim {
+
+ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma(gamma) {
+  if (!(gamma > 0)) throw Error(kiln::cat("ExponentialLR: gamma must be positive, got ", gamma));
+}
+double ExponentialLR::lr_at(int64_t step) const { return base_lr_ * std::pow(gamma, static_cast<double>(step)); }
+
+MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(opt), milestones(std::move(milestones)), gamma(gamma) {
+  for (size_t i = 1; i < this->milestones.size(); ++i)
+    if (this->milestones[i] <= this->milestones[i - 1])
+      throw Error(kiln::cat("MultiStepLR: milestones must increase, got ", this->milestones[i - 1], " then ", this->milestones[i]));
+}
+double MultiStepLR::lr_at(int64_t step) const {
+  auto passed = std::upper_bound(milestones.begin(), milestones.end(), step) - milestones.begin();
+  return base_lr_ * std::pow(gamma, static_cast<double>(passed));
+}
+
+LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> factor) : LRScheduler(opt), factor(std::move(factor)) {
+  if (!this->factor) throw Error("LambdaLR: the factor function is empty");
+  opt_.lr = lr_at(0);
+}
+double LambdaLR::lr_at(int64_t step) const { return base_lr_ * factor(step); }
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, const std::string& mode, double factor, int64_t patience, double threshold,
+                                     const std::string& threshold_mode, int64_t cooldown, double min_lr, double eps)
+    : opt_(opt), max_mode_(mode == "max"), relative_(threshold_mode == "rel"), factor_(factor), threshold_(threshold), min_lr_(min_lr),
+      eps_(eps), patience_(patience), cooldown_(cooldown) {
+  if (mode != "min" && mode != "max") throw Error(kiln::cat("ReduceLROnPlateau: mode \"", mode, "\" is not \"min\" or \"max\""));
+  if (threshold_mode != "rel" && threshold_mode != "abs")
+    throw Error(kiln::cat("ReduceLROnPlateau: threshold_mode \"", threshold_mode, "\" is not \"rel\" or \"abs\""));
+  if (!(factor >= 0 && factor < 1)) throw Error(kiln::cat("ReduceLROnPlateau: factor must be in [0, 1), got ", factor));
+  if (patience < 0 || cooldown < 0) throw Error(kiln::cat("ReduceLROnPlateau: patience ", patience, " and cooldown ", cooldown, " must be >= 0"));
+  best_ = max_mode_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+}
+
+bool ReduceLROnPlateau::better(double metric) const {
+  if (max_mode_) return metric > (relative_ ? best_ * (1 + threshold_) : best_ + threshold_);
+  return metric < (relative_ ? best_ * (1 - threshold_) : best_ - threshold_);
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  if (better(metric)) {
+    best_ = metric;
+    bad_ = 0;
+  } else {
+    ++bad_;
+  }
+  if (cooldown_left_ > 0) {
+    --cooldown_left_;
+    bad_ = 0;  // evaluations in cooldown do not count
+  }
+  if (bad_ > patience_) {
+    double lr = std::max(opt_.lr * factor_, min_lr_);
+    if (opt_.lr - lr > eps_) opt_.lr = lr;
+    cooldown_left_ = cooldown_;
+    bad_ = 0;
+  }
 }
 
 }  // namespace kiln::optim

@@ -8,6 +8,7 @@
 // Hyperparameters that change between steps (the learning rate, Adam's bias corrections) enter the
 // kernels as a small buffer, not as constants, so every step runs the same compiled kernels.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -74,6 +75,32 @@ class AdamW : public Adam {
       : Adam(std::move(params), lr, beta1, beta2, eps, weight_decay, true) {}
 };
 
+// torch.optim.RMSprop: a running mean of squared gradients (centered: minus the squared mean gradient)
+// divides each step; with momentum, the divided gradients are accumulated.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8, double weight_decay = 0,
+          double momentum = 0, bool centered = false);
+  double alpha, eps, weight_decay, momentum;
+  bool centered;
+
+ protected:
+  Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& hyper) override;
+};
+
+// torch.optim.Adagrad: the sum of all squared gradients divides each step; the learning rate decays as
+// lr / (1 + (t - 1) lr_decay).
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<Tensor> params, double lr = 1e-2, double lr_decay = 0, double weight_decay = 0,
+          double initial_accumulator_value = 0, double eps = 1e-10);
+  double lr_decay, weight_decay, initial_accumulator_value, eps;
+
+ protected:
+  Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& hyper) override;
+  std::vector<double> hyper_values() const override;
+};
+
 // Scales the gradients so their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_);
 // returns the norm before clipping (lazy: it fuses into the step).
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
@@ -117,6 +144,53 @@ class WarmupCosineLR : public LRScheduler {
   double lr_at(int64_t step) const override;
   int64_t warmup, total;
   double eta_min;
+};
+
+// lr = base * gamma^step.
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& opt, double gamma);
+  double lr_at(int64_t step) const override;
+  double gamma;
+};
+
+// lr = base * gamma^(how many milestones are <= step).
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma = 0.1);
+  double lr_at(int64_t step) const override;
+  std::vector<int64_t> milestones;  // increasing
+  double gamma;
+};
+
+// lr = base * factor(step), for any schedule written as a function.
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& opt, std::function<double(int64_t step)> factor);
+  double lr_at(int64_t step) const override;
+  std::function<double(int64_t)> factor;
+};
+
+// torch.optim.lr_scheduler.ReduceLROnPlateau: step(metric) once per evaluation; after more than
+// `patience` evaluations without improving on the best by `threshold` (relative: best * (1 - threshold)
+// in mode "min", best * (1 + threshold) in "max"; absolute: best -/+ threshold), lr *= factor, not
+// below min_lr, then `cooldown` evaluations pass before counting again.
+class ReduceLROnPlateau {
+ public:
+  ReduceLROnPlateau(Optimizer& opt, const std::string& mode = "min", double factor = 0.1, int64_t patience = 10,
+                    double threshold = 1e-4, const std::string& threshold_mode = "rel", int64_t cooldown = 0, double min_lr = 0,
+                    double eps = 1e-8);
+  void step(double metric);
+  double best() const { return best_; }
+  int64_t bad_epochs() const { return bad_; }
+
+ private:
+  bool better(double metric) const;
+  Optimizer& opt_;
+  bool max_mode_, relative_;
+  double factor_, threshold_, min_lr_, eps_;
+  int64_t patience_, cooldown_, cooldown_left_ = 0, bad_ = 0;
+  double best_;
 };
 
 }  // namespace kiln::optim

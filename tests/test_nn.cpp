@@ -516,6 +516,52 @@ TEST_CASE("optim: SGD, Adam and AdamW follow PyTorch's update rules", "[nn]") {
           host_steps("adamw", 5, 0.1, 0, 0.1, false));
 }
 
+// RMSprop and Adagrad against the formulas of PyTorch's documentation, on the host in double.
+TEST_CASE("optim: RMSprop and Adagrad follow PyTorch's update rules", "[nn]") {
+  auto host = [](const std::string& kind, int steps, double lr, double a, double eps, double wd, double momentum, bool centered) {
+    std::vector<double> p = {1.0, -2.0, 0.5}, c = {0.3, 0.1, -0.4}, k = {1, 2, 3}, v(3), m(3), b(3);
+    if (kind == "adagrad") std::fill(v.begin(), v.end(), momentum);  // momentum: the initial accumulator here
+    std::vector<std::vector<double>> out;
+    for (int t = 1; t <= steps; ++t) {
+      for (int i = 0; i < 3; ++i) {
+        double g = 2 * (p[i] - c[i]) * k[i] + wd * p[i];
+        if (kind == "rmsprop") {
+          v[i] = a * v[i] + (1 - a) * g * g;
+          double denom = v[i];
+          if (centered) {
+            m[i] = a * m[i] + (1 - a) * g;
+            denom -= m[i] * m[i];
+          }
+          double step = g / (std::sqrt(denom) + eps);
+          if (momentum > 0) step = b[i] = momentum * b[i] + step;
+          p[i] -= lr * step;
+        } else {
+          double clr = lr / (1 + (t - 1) * a);  // a: lr_decay here
+          v[i] += g * g;
+          p[i] -= clr * g / (std::sqrt(v[i]) + eps);
+        }
+      }
+      out.push_back(p);
+    }
+    return out;
+  };
+  auto compare = [](const std::vector<std::vector<float>>& got, const std::vector<std::vector<double>>& want) {
+    for (size_t s = 0; s < want.size(); ++s) {
+      INFO("step " << s + 1);
+      check_close(got[s], want[s], 2e-5);
+    }
+  };
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::RMSprop>(p, 0.01); }, 5), host("rmsprop", 5, 0.01, 0.99, 1e-8, 0, 0, false));
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::RMSprop>(p, 0.01, 0.9, 1e-6, 0.1, 0.8, true); }, 5),
+          host("rmsprop", 5, 0.01, 0.9, 1e-6, 0.1, 0.8, true));
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::Adagrad>(p, 0.1); }, 5), host("adagrad", 5, 0.1, 0, 1e-10, 0, 0, false));
+  compare(run_steps([](std::vector<Tensor> p) { return std::make_unique<optim::Adagrad>(p, 0.1, 0.2, 0.05, 0.3); }, 5),
+          host("adagrad", 5, 0.1, 0.2, 1e-10, 0.05, 0.3, false));
+  Tensor q = Tensor::ones({2}).requires_grad_();
+  CHECK_THROWS_WITH(optim::RMSprop({q}, 0.01, 1.5), Catch::Contains("RMSprop: alpha must be in [0, 1], got 1.5"));
+  CHECK_THROWS_WITH(optim::Adagrad({q}, 0.01, -1), Catch::Contains("Adagrad: lr_decay must be >= 0"));
+}
+
 TEST_CASE("optim: an Adam step over many parameters takes few kernels, compiled once", "[nn]") {
   std::vector<Tensor> params;
   for (int i = 0; i < 8; ++i) params.push_back(Tensor::rand({16, 4 + i}).realize().requires_grad_());
@@ -582,6 +628,41 @@ TEST_CASE("optim: gradient clipping, accumulation and LR schedules", "[nn]") {
   CHECK(sgd3.lr == Approx(1.0));
   for (int i = 0; i < 9; ++i) warm.step();
   CHECK(sgd3.lr == Approx(0.0).margin(1e-12));
+
+  auto lrs_of = [](optim::LRScheduler& sched, optim::Optimizer& opt, int n) {
+    std::vector<double> out;
+    for (int i = 0; i < n; ++i) out.push_back((sched.step(), opt.lr));
+    return out;
+  };
+  optim::SGD e({p}, 2.0);
+  optim::ExponentialLR expo(e, 0.5);
+  CHECK(lrs_of(expo, e, 3) == std::vector<double>{1.0, 0.5, 0.25});
+  optim::SGD ms({p}, 1.0);
+  optim::MultiStepLR multi(ms, {2, 4}, 0.1);
+  std::vector<double> got = lrs_of(multi, ms, 5), want = {1.0, 0.1, 0.1, 0.01, 0.01};
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]));
+  optim::SGD la({p}, 0.5);
+  optim::LambdaLR lambda(la, [](int64_t s) { return 1.0 / double(s + 1); });
+  CHECK(la.lr == 0.5);  // factor(0) applies at once, as in PyTorch
+  CHECK(lrs_of(lambda, la, 3) == std::vector<double>{0.25, 0.5 / 3, 0.125});
+  CHECK_THROWS_WITH(optim::MultiStepLR(ms, {3, 3}), Catch::Contains("MultiStepLR: milestones must increase, got 3 then 3"));
+
+  // ReduceLROnPlateau (mode min, patience 2, factor 0.5, cooldown 1): torch's sequence of learning
+  // rates for these losses, worked by hand from its rules.
+  optim::SGD pl({p}, 1.0);
+  optim::ReduceLROnPlateau plateau(pl, "min", 0.5, 2, 1e-4, "rel", 1, 0.2);
+  std::vector<double> losses = {1.0, 0.9, 0.95, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.5, 0.6, 0.7, 0.8, 0.9}, lr_after;
+  for (double l : losses) lr_after.push_back((plateau.step(l), pl.lr));
+  // 0.9 is best; 3 bad (0.95, 0.91, 0.92) -> 0.5 at the 5th; the cooldown eats 0.93; 0.94, 0.95, 0.96
+  // -> 0.25 at the 9th; 0.5 is best (and ends the cooldown); 0.6, 0.7, 0.8 -> 0.2 (min_lr, not 0.125).
+  CHECK(lr_after == std::vector<double>{1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.2, 0.2});
+  CHECK(plateau.best() == 0.5);
+  optim::SGD mx({p}, 1.0);
+  optim::ReduceLROnPlateau up(mx, "max", 0.1, 0, 0.5, "abs");
+  up.step(1.0);
+  up.step(1.4);  // not better than 1.0 + 0.5: patience 0 cuts at once
+  CHECK(mx.lr == Approx(0.1));
+  CHECK_THROWS_WITH(optim::ReduceLROnPlateau(mx, "lowest"), Catch::Contains("ReduceLROnPlateau: mode \"lowest\" is not \"min\" or \"max\""));
 }
 
 TEST_CASE("nn: load_state_dict names every problem", "[nn]") {

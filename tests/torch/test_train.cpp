@@ -4,7 +4,9 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 
 #include "frontend/nn.h"
 #include "frontend/optim.h"
@@ -146,6 +148,77 @@ TEST_CASE("torch train: a small CNN with batchnorm and AdamW follows libtorch fo
     tmean -= c * tbias[s];
   }
   CHECK(value_mismatch(kmean, tmean, Tol{1e-6, 1e-6}) == "");
+}
+
+}  // namespace
+}  // namespace kiln::oracle
+
+namespace kiln::oracle {
+namespace {
+
+// One optimizer on both sides: the same parameters (two tensors, one of them a matrix), the same
+// gradients each step (those of sum(p^2 * k) + sum(p * c), so they change as p moves), compared after
+// every step. Both compute in float32; the updates are elementwise, so they agree to a few ulps.
+template <typename KOpt, typename TOpt>
+void follow(const std::string& what, KOpt make_kiln, TOpt make_torch, int steps = 6) {
+  Source src(211);
+  std::vector<at::Tensor> init = {src.values({3, 4}, at::kFloat, Values::Finite), src.values({5}, at::kFloat, Values::Finite)};
+  std::vector<at::Tensor> k = {src.values({3, 4}, at::kFloat, Values::Finite), src.values({5}, at::kFloat, Values::Finite)};
+  std::vector<at::Tensor> c = {src.values({3, 4}, at::kFloat, Values::Finite), src.values({5}, at::kFloat, Values::Finite)};
+  std::vector<Tensor> kp;
+  std::vector<at::Tensor> tp;
+  for (const at::Tensor& x : init) {
+    kp.push_back(to_kiln(x).contiguous().realize().requires_grad_());
+    tp.push_back(x.clone().requires_grad_(true));
+  }
+  auto kopt = make_kiln(kp);
+  auto topt = make_torch(tp);
+  for (int s = 0; s < steps; ++s) {
+    Tensor kloss = Tensor::zeros({});
+    at::Tensor tloss = at::zeros({});
+    for (size_t i = 0; i < kp.size(); ++i) {
+      kloss = kloss + (kp[i] * kp[i] * to_kiln(k[i])).sum() + (kp[i] * to_kiln(c[i])).sum();
+      tloss = tloss + (tp[i] * tp[i] * k[i]).sum() + (tp[i] * c[i]).sum();
+    }
+    kloss.backward();
+    kopt->step();
+    kopt->zero_grad();
+    topt->zero_grad();
+    tloss.backward();
+    topt->step();
+    for (size_t i = 0; i < kp.size(); ++i) {
+      INFO(what << ", step " << s + 1 << ", parameter " << i);
+      CHECK(mismatch(kp[i], tp[i].detach(), Tol{2e-5, 2e-5}) == "");
+    }
+  }
+}
+
+TEST_CASE("torch train: RMSprop and Adagrad follow libtorch's with every option", "[torch][train]") {
+  using torch::optim::AdagradOptions, torch::optim::RMSpropOptions;
+  struct Rms {
+    double lr, alpha, eps, wd, momentum;
+    bool centered;
+  };
+  for (const Rms& o : {Rms{1e-2, 0.99, 1e-8, 0, 0, false}, Rms{5e-3, 0.9, 1e-6, 0.1, 0, false}, Rms{1e-2, 0.95, 1e-8, 0, 0.9, false},
+                       Rms{1e-2, 0.99, 1e-8, 0.01, 0.5, true}, Rms{2e-2, 0.8, 1e-5, 0, 0, true}})
+    follow(
+        cat("RMSprop lr ", o.lr, " alpha ", o.alpha, " eps ", o.eps, " weight_decay ", o.wd, " momentum ", o.momentum, " centered ", o.centered),
+        [&](std::vector<Tensor> p) { return std::make_unique<optim::RMSprop>(p, o.lr, o.alpha, o.eps, o.wd, o.momentum, o.centered); },
+        [&](std::vector<at::Tensor> p) {
+          return std::make_unique<torch::optim::RMSprop>(
+              p, RMSpropOptions(o.lr).alpha(o.alpha).eps(o.eps).weight_decay(o.wd).momentum(o.momentum).centered(o.centered));
+        });
+  struct Ada {
+    double lr, lr_decay, wd, init, eps;
+  };
+  for (const Ada& o : {Ada{1e-2, 0, 0, 0, 1e-10}, Ada{5e-2, 0.1, 0.01, 0.1, 1e-10}, Ada{1e-1, 0, 0.5, 0, 1e-6}})
+    follow(
+        cat("Adagrad lr ", o.lr, " lr_decay ", o.lr_decay, " weight_decay ", o.wd, " initial ", o.init, " eps ", o.eps),
+        [&](std::vector<Tensor> p) { return std::make_unique<optim::Adagrad>(p, o.lr, o.lr_decay, o.wd, o.init, o.eps); },
+        [&](std::vector<at::Tensor> p) {
+          return std::make_unique<torch::optim::Adagrad>(
+              p, AdagradOptions(o.lr).lr_decay(o.lr_decay).weight_decay(o.wd).initial_accumulator_value(o.init).eps(o.eps));
+        });
 }
 
 }  // namespace
