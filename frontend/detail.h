@@ -22,6 +22,11 @@ std::vector<UOpPtr> sources(Ts&&... src) {
 inline bool is_narrow_float(DType d) { return d.scalar == ScalarType::Float16 || d.scalar == ScalarType::BFloat16; }
 inline DType compute_dtype(DType d) { return is_narrow_float(d) ? dtypes::float32.vec(d.count) : d; }
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op);
+inline Shape channel_shape(int64_t channels, int64_t ndim) {  // (1, C, 1, ...) to broadcast over (N, C, ...)
+  Shape s(static_cast<size_t>(ndim), 1);
+  s[1] = channels;
+  return s;
+}
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 DType result_type(const Tensor& a, const Tensor& b);  // torch.result_type (0-d tensors count less)
 // The one-hot mask of integer indices over a new last axis of n: [..., p] = index[...] == p, p in 0..n-1.

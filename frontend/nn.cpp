@@ -16,12 +16,6 @@ void check_groups(const char* op, int64_t in, int64_t out, int64_t groups) {
     throw Error(kiln::cat(op, ": in_channels ", in, " and out_channels ", out, " must both be divisible by groups ", groups));
 }
 
-Shape channel_shape(int64_t channels, int64_t ndim) {  // (1, C, 1, ...) to broadcast over (N, C, ...)
-  Shape s(static_cast<size_t>(ndim), 1);
-  s[1] = channels;
-  return s;
-}
-
 void check_rank(const Tensor& x, int64_t rank, const char* op, const char* layout) {
   if (x.ndim() != rank)
     throw Error(kiln::cat(op, ": expected a ", rank, "-D input ", layout, ", got shape ", shape_str(x.shape())));
@@ -301,7 +295,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
     throw Error(kiln::cat(name_, ": expects ", layouts_, ", got shape ", shape_str(x.shape())));
   int64_t c = running_mean.shape()[0];
   if (x.shape()[1] != c) throw Error(kiln::cat(name_, ": input ", shape_str(x.shape()), " has ", x.shape()[1], " channels, the layer ", c));
-  Shape cs = channel_shape(c, x.ndim());
+  Shape cs = detail::channel_shape(c, x.ndim());
   std::optional<Tensor> w, b;
   if (weight) w = weight->reshape(cs), b = bias->reshape(cs);
   if (!training()) {
@@ -353,10 +347,58 @@ Tensor GroupNorm::forward(const Tensor& x) {
   Tensor g = x.reshape({x.shape()[0], num_groups, -1});
   Tensor y = normalize(g, {2}, eps, std::nullopt, std::nullopt).y.reshape(x.shape());
   if (weight) {
-    Shape cs = channel_shape(num_channels, x.ndim());
+    Shape cs = detail::channel_shape(num_channels, x.ndim());
     y = y * weight->reshape(cs) + bias->reshape(cs);
   }
   return y;
+}
+
+InstanceNorm::InstanceNorm(const char* name, int64_t spatial, int64_t features, double eps, double momentum, bool affine, bool track)
+    : num_features(features), eps(eps), name_(name), spatial_(spatial) {
+  if (features <= 0) throw Error(kiln::cat(name, ": num_features must be positive, got ", features));
+  if (!(momentum >= 0 && momentum <= 1)) throw Error(kiln::cat(name, ": momentum must be in [0, 1], got ", momentum));
+  if (track)
+    throw Error(kiln::cat(name, ": track_running_stats is not implemented; each sample is normalized with its own statistics ",
+                          "(track_running_stats=false, PyTorch's default)"));
+  if (affine) {
+    weight = register_parameter("weight", Tensor::ones({features}));
+    bias = register_parameter("bias", Tensor::zeros({features}));
+  }
+}
+
+Tensor InstanceNorm::forward(const Tensor& x) {
+  bool batched = x.ndim() == spatial_ + 2;
+  if ((!batched && x.ndim() != spatial_ + 1) || x.shape()[batched ? 1 : 0] != num_features)
+    throw Error(kiln::cat(name_, ": input ", shape_str(x.shape()), " must be (N, ", num_features, spatial_ == 1 ? ", L)" : ", H, W)", " or (",
+                          num_features, spatial_ == 1 ? ", L)" : ", H, W)"));
+  Tensor b = batched ? x : x.unsqueeze(0);
+  std::vector<int64_t> axes;
+  for (int64_t i = 2; i < b.ndim(); ++i) axes.push_back(i);
+  std::optional<Tensor> w, sh;
+  if (weight) {
+    Shape cs = detail::channel_shape(num_features, b.ndim());
+    w = weight->reshape(cs), sh = bias->reshape(cs);
+  }
+  Tensor y = normalize(b, axes, eps, w, sh).y;
+  return batched ? y : y.squeeze(0);
+}
+
+PReLU::PReLU(int64_t n, double init) {
+  if (n <= 0) throw Error(kiln::cat("PReLU: num_parameters must be positive, got ", n));
+  weight = register_parameter("weight", Tensor::full({n}, init));
+}
+
+Tensor PReLU::forward(const Tensor& x) {
+  int64_t n = weight.shape()[0];
+  Tensor w = weight.cast(x.dtype());
+  if (n != 1) {
+    if (x.ndim() < 2 || x.shape()[1] != n)
+      throw Error(kiln::cat("PReLU: ", n, " parameters (one per channel) need an input (N, ", n, ", ...), got ", shape_str(x.shape())));
+    w = w.reshape(detail::channel_shape(n, x.ndim()));
+  } else {
+    w = w.reshape(Shape(static_cast<size_t>(x.ndim()), 1));
+  }
+  return x.gt(x.zeros_like()).where(x, x * w.expand(x.shape()));
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad) {
@@ -392,6 +434,20 @@ Dropout::Dropout(double p) : p(p) {
 }
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training()); }
+
+Dropout2d::Dropout2d(double p) : p(p) {
+  if (p < 0 || p > 1) throw Error(kiln::cat("Dropout2d: p must be in [0, 1], got ", p));
+}
+
+Tensor Dropout2d::forward(const Tensor& x) {
+  if (x.ndim() != 3 && x.ndim() != 4) throw Error(kiln::cat("Dropout2d: expected (N, C, H, W) or (C, H, W), got ", shape_str(x.shape())));
+  if (!training() || p == 0) return x;
+  if (p == 1) return x.zeros_like();
+  Shape planes = x.shape();
+  planes[planes.size() - 1] = planes[planes.size() - 2] = 1;
+  Tensor keep = Tensor::rand(planes, x.dtype(), x.device()).ge(Tensor::full(planes, p, x.dtype(), x.device())).expand(x.shape());
+  return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
+}
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   if (p < 0 || p > 1) throw Error(kiln::cat("dropout: p must be in [0, 1], got ", p));
@@ -503,198 +559,6 @@ const std::shared_ptr<Module>& ModuleList::operator[](size_t i) const {
 Tensor ModuleList::forward(const Tensor&) {
   throw Error("ModuleList has no forward of its own (as in PyTorch): call its modules from your module's forward, "
               "e.g. for (auto& m : *list) x = m->forward(x)");
-}
-
-// --- losses ----------------------------------------------------------------------------------
-
-namespace {
-
-Tensor reduce(const Tensor& per_item, Reduction r) {
-  switch (r) {
-    case Reduction::Mean: return per_item.mean();
-    case Reduction::Sum: return per_item.sum();
-    case Reduction::None: return per_item;
-  }
-  return per_item;
-}
-
-// A per-element loss times an optional weight that broadcasts to it (the binary cross entropies').
-Tensor weighted(const Tensor& loss, const std::optional<Tensor>& weight, const char* op) {
-  if (!weight) return loss;
-  if (detail::broadcast_shapes(weight->shape(), loss.shape(), op) != loss.shape())
-    throw Error(kiln::cat(op, ": weight ", shape_str(weight->shape()), " must broadcast to the input's shape ", shape_str(loss.shape())));
-  return loss * *weight;
-}
-
-void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  if (a.shape() != b.shape())
-    throw Error(kiln::cat(op, ": input ", shape_str(a.shape()), " and target ", shape_str(b.shape()), " must have the same shape"));
-}
-
-// Class scores (N, C, d1, ...) with targets (N, d1, ...) as (N*d1*..., C) and (N*d1*...): every
-// position is a sample. Also the shape of a per-sample result (reduction None).
-struct ClassProblem {
-  Tensor scores, target;
-  Shape per_sample;
-};
-ClassProblem flatten_classes(const Tensor& scores, const Tensor& target, const char* op) {
-  Shape want = scores.ndim() >= 2 ? Shape{scores.shape()[0]} : Shape{};
-  for (int64_t i = 2; i < scores.ndim(); ++i) want.push_back(scores.shape()[static_cast<size_t>(i)]);
-  if (scores.ndim() < 2 || target.shape() != want)
-    throw Error(kiln::cat(op, ": expected scores (N, C) or (N, C, d1, ...) and targets (N) or (N, d1, ...), got ", shape_str(scores.shape()),
-                          " and ", shape_str(target.shape())));
-  int64_t c = scores.shape()[1];
-  if (scores.ndim() == 2) return {scores, target, want};
-  std::vector<int64_t> order = {0};
-  for (int64_t i = 2; i < scores.ndim(); ++i) order.push_back(i);
-  order.push_back(1);
-  return {scores.permute(order).reshape({-1, c}), target.reshape({-1}), want};
-}
-
-// Class targets: integers in [0, C) or equal to ignore_index, since a wrong label would otherwise
-// silently count for nothing. The device counts the bad targets and finds the smallest; the host reads
-// those two numbers, as host work: a captured step (frontend/jit.h) checks every replay's targets too.
-void check_targets(const Tensor& target, int64_t c, int64_t ignore_index, const char* op) {
-  if (!is_int(target.dtype())) throw Error(kiln::cat(op, ": targets must be class indices (integers), got ", target.dtype().name()));
-  if (target.numel() == 0) return;
-  // Compared in int32 or int64 as given (narrow and unsigned types widen first, so that C and -100 are
-  // exact). int32 targets stay int32: lavapipe (Mesa 22.3) miscompiles an int32 -> int64 conversion
-  // that feeds a comparison (2 >= 4 came out true), so widening every target broke this check there.
-  DType dt = target.dtype() == dtypes::int64 || target.dtype() == dtypes::uint32 || target.dtype() == dtypes::uint64 ? dtypes::int64 : dtypes::int32;
-  Tensor t = target.cast(dt).reshape({-1});
-  auto full = [&](double v) { return t.full_like(v); };
-  Tensor bad = (t.lt(full(0)).logical_or(t.ge(full(static_cast<double>(c))))).logical_and(t.ne(full(static_cast<double>(ignore_index))));
-  double largest = dt == dtypes::int64 ? static_cast<double>(INT64_MAX) : static_cast<double>(INT32_MAX);
-  // Any bad target, and the smallest: one pair of numbers read back.
-  Tensor found = Tensor::stack({bad.cast(dtypes::float32).sum().cast(dtypes::int64), bad.where(t, full(largest)).min().cast(dtypes::int64)});
-  std::string name = op;
-  detail::check_on_host(found, [c, ignore_index, name](const std::vector<int64_t>& v) {
-    if (v[0] > 0) throw Error(kiln::cat(name, ": target ", v[1], " is out of range for ", c, " classes (ignore_index is ", ignore_index, ")"));
-  });
-}
-
-void check_class_weight(const std::optional<Tensor>& weight, int64_t c, const char* op) {
-  if (weight && (weight->shape() != Shape{c} || !is_float(weight->dtype())))
-    throw Error(kiln::cat(op, ": weight must be a float tensor of shape (", c, ",) (one per class), got ", weight->dtype().name(), " ",
-                          shape_str(weight->shape())));
-}
-
-// PyTorch's class-target loss from log-probabilities (N, C): (1 - s) nll + s/C smooth, where nll is
-// -w[t] logp[t] and smooth is -sum_c w[c] logp[c], both 0 for ignored samples. A mean divides both
-// sums by the targets' total weight (the number of samples that count, without weights).
-Tensor class_loss(const Tensor& logp, const ClassProblem& p, double smoothing, int64_t ignore_index, Reduction r,
-                  const std::optional<Tensor>& weight) {
-  int64_t n = logp.shape()[0], c = logp.shape()[1];
-  Tensor t = p.target.cast(dtypes::int64);
-  Tensor valid = t.ne(Tensor::full({n}, static_cast<double>(ignore_index), dtypes::int64, t.device()));
-  Tensor onehot = t.reshape({n, 1}).eq(Tensor::arange(c, dtypes::int64, t.device()).reshape({1, c}));
-  Tensor zero = logp.zeros_like();
-  Tensor w = weight ? weight->cast(logp.dtype()).reshape({1, c}).expand({n, c}) : logp.ones_like();
-  Tensor w_target = valid.where(onehot.where(w, zero).sum({1}), Tensor::zeros({n}, logp.dtype(), logp.device()));
-  Tensor nll = valid.where(-(onehot.where(logp * w, zero)).sum({1}), w_target.zeros_like());
-  auto reduced = [&](const Tensor& per_sample) {
-    switch (r) {
-      case Reduction::Mean: return per_sample.sum() / w_target.sum();  // all ignored: 0/0 = NaN, as in PyTorch
-      case Reduction::Sum: return per_sample.sum();
-      case Reduction::None: return per_sample.reshape(p.per_sample);
-    }
-    return per_sample;
-  };
-  Tensor out = reduced(nll);
-  if (smoothing == 0) return out;
-  Tensor smooth = valid.where(-(logp * w).sum({1}), w_target.zeros_like());
-  return out * (1 - smoothing) + reduced(smooth) * (smoothing / static_cast<double>(c));
-}
-
-// Class probabilities as targets: -sum_c w[c] y[c] logp[c] per sample (y smoothed toward 1/C); a mean
-// is over the samples.
-Tensor probability_loss(const Tensor& logits, const Tensor& target, double smoothing, Reduction r, const std::optional<Tensor>& weight) {
-  int64_t c = logits.shape()[1];
-  Tensor logp = logits.log_softmax(1);
-  Tensor y = smoothing > 0 ? target * (1 - smoothing) + smoothing / static_cast<double>(c) : target;
-  Tensor terms = logp * y.cast(logp.dtype());
-  if (weight) terms = terms * weight->cast(logp.dtype()).reshape(channel_shape(c, logits.ndim()));
-  Tensor per_sample = -terms.sum({1});
-  return reduce(per_sample, r);
-}
-
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing, int64_t ignore_index, Reduction r,
-                     std::optional<Tensor> weight) {
-  if (label_smoothing < 0 || label_smoothing > 1) throw Error(kiln::cat("cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing));
-  if (logits.ndim() >= 2) check_class_weight(weight, logits.shape()[1], "cross_entropy");
-  if (is_float(target.dtype())) {
-    if (target.shape() != logits.shape())
-      throw Error(kiln::cat("cross_entropy: probability targets (float) must have the logits' shape ", shape_str(logits.shape()), ", got ",
-                            shape_str(target.shape()), "; class indices must be integers"));
-    return probability_loss(logits, target, label_smoothing, r, weight);
-  }
-  ClassProblem p = flatten_classes(logits, target, "cross_entropy");
-  check_targets(p.target, p.scores.shape()[1], ignore_index, "cross_entropy");
-  return class_loss(p.scores.log_softmax(1), p, label_smoothing, ignore_index, r, weight);
-}
-
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index, Reduction r, std::optional<Tensor> weight) {
-  ClassProblem p = flatten_classes(log_probs, target, "nll_loss");
-  check_class_weight(weight, p.scores.shape()[1], "nll_loss");
-  check_targets(p.target, p.scores.shape()[1], ignore_index, "nll_loss");
-  return class_loss(p.scores, p, 0.0, ignore_index, r, weight);
-}
-
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r) {
-  check_same_shape(input, target, "mse_loss");
-  Tensor d = input - target;
-  return reduce(d * d, r);
-}
-
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction r) {
-  check_same_shape(input, target, "l1_loss");
-  return reduce((input - target).abs(), r);
-}
-
-Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction r, std::optional<Tensor> weight,
-                                        std::optional<Tensor> pos_weight) {
-  check_same_shape(x, y, "binary_cross_entropy_with_logits");
-  // w (p y softplus(-x) + (1 - y) softplus(x)): stable for large |x| (softplus is linear past its
-  // threshold), and its gradient is w ((p y + 1 - y) sigmoid(x) - p y) everywhere, 0 included.
-  Tensor positive = y * (-x).softplus();
-  if (pos_weight) {
-    if (pos_weight->ndim() > 1 || (x.ndim() > 0 && pos_weight->numel() != 1 && pos_weight->numel() != x.shape().back()))
-      throw Error(kiln::cat("binary_cross_entropy_with_logits: pos_weight ", shape_str(pos_weight->shape()), " must have one value per class (",
-                            x.ndim() > 0 ? x.shape().back() : 1, ",), the logits' last axis (logits ", shape_str(x.shape()), ")"));
-    positive = positive * *pos_weight;
-  }
-  Tensor loss = positive + (1.0 - y) * x.softplus();
-  return reduce(weighted(loss, weight, "binary_cross_entropy_with_logits"), r);
-}
-
-Tensor binary_cross_entropy(const Tensor& x, const Tensor& y, Reduction r, std::optional<Tensor> weight) {
-  check_same_shape(x, y, "binary_cross_entropy");
-  // log(p) clamped at -100; p <= 0 takes -100 without evaluating log(0), so its gradient is 0, not NaN.
-  auto clamped_log = [](const Tensor& p) {
-    Tensor positive = p.zeros_like().lt(p);
-    Tensor l = positive.where(p, p.ones_like()).log();
-    Tensor floor = l.full_like(-100.0);
-    return positive.where(l.maximum(floor), floor);
-  };
-  Tensor loss = -(y * clamped_log(x) + (1.0 - y) * clamped_log(1.0 - x));
-  return reduce(weighted(loss, weight, "binary_cross_entropy"), r);
-}
-
-Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction r, double beta) {
-  check_same_shape(input, target, "smooth_l1_loss");
-  if (beta < 0) throw Error(kiln::cat("smooth_l1_loss: beta must be >= 0, got ", beta));
-  Tensor d = input - target, ad = d.abs();
-  if (beta == 0) return reduce(ad, r);
-  return reduce(ad.lt(ad.full_like(beta)).where(d * d * (0.5 / beta), ad - 0.5 * beta), r);
-}
-
-Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction r, double delta) {
-  check_same_shape(input, target, "huber_loss");
-  if (delta <= 0) throw Error(kiln::cat("huber_loss: delta must be > 0, got ", delta));
-  Tensor d = input - target, ad = d.abs();
-  return reduce(ad.lt(ad.full_like(delta)).where(d * d * 0.5, (ad - 0.5 * delta) * delta), r);
 }
 
 // --- functional --------------------------------------------------------------------------------

@@ -139,6 +139,43 @@ class GroupNorm : public Module {
   double eps;
 };
 
+// Each sample's channels normalized over their own positions (torch.nn.InstanceNorm1d/2d): (N, C, ...)
+// or unbatched (C, ...). affine adds a weight and bias per channel. Running statistics
+// (track_running_stats) are not implemented: asking for them is an error.
+class InstanceNorm : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::optional<Tensor> weight, bias;
+  int64_t num_features;
+  double eps;
+
+ protected:
+  InstanceNorm(const char* name, int64_t spatial, int64_t num_features, double eps, double momentum, bool affine, bool track_running_stats);
+  const char* name_;
+  int64_t spatial_;  // positions' axes: 1 or 2
+};
+
+class InstanceNorm1d : public InstanceNorm {
+ public:
+  explicit InstanceNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = false, bool track_running_stats = false)
+      : InstanceNorm("InstanceNorm1d", 1, num_features, eps, momentum, affine, track_running_stats) {}
+};
+
+class InstanceNorm2d : public InstanceNorm {
+ public:
+  explicit InstanceNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = false, bool track_running_stats = false)
+      : InstanceNorm("InstanceNorm2d", 2, num_features, eps, momentum, affine, track_running_stats) {}
+};
+
+// max(0, x) + weight min(0, x); one weight (init) for every channel, or num_parameters of them, one
+// per channel (axis 1).
+class PReLU : public Module {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight;
+};
+
 class Embedding : public Module {
  public:
   // padding_idx: that row starts at zero and gets no gradient (negative counts from the end).
@@ -151,6 +188,15 @@ class Embedding : public Module {
 class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  double p;
+};
+
+// Zeroes whole channels: each (sample, channel) plane with probability p, the rest scaled by 1 / (1 - p),
+// when training (torch.nn.Dropout2d; (N, C, H, W) or unbatched (C, H, W)).
+class Dropout2d : public Module {
+ public:
+  explicit Dropout2d(double p = 0.5);
   Tensor forward(const Tensor& x) override;
   double p;
 };
@@ -485,7 +531,8 @@ class LSTMCell : public RNNCellBase {
 Tensor init_uniform(const Shape& shape, double bound);
 
 // --- losses (mean over the batch unless said otherwise) --------------------------------------
-enum class Reduction { Mean, Sum, None };
+// BatchMean (PyTorch's "batchmean"): the sum divided by the batch size (the first axis), kl_div's only.
+enum class Reduction { Mean, Sum, None, BatchMean };
 // logits (N, C) or (N, C, d1, ...) and integer class targets (N) or (N, d1, ...); targets equal to
 // ignore_index count for nothing. A float target of the logits' shape holds class probabilities.
 // weight (C): a weight per class; the mean is then over the weights of the targets, as in PyTorch.
@@ -509,7 +556,21 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 // 0.5 d^2 where |d| <= delta, delta (|d| - 0.5 delta) elsewhere.
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, double delta = 1.0);
 
+// KL(target || input) with input log-probabilities: target (log target - input) per element (0 where
+// the target is 0); log_target: the target is given as log-probabilities. Use Reduction::BatchMean
+// for the KL divergence per sample (PyTorch's recommendation; Mean divides by every element).
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, bool log_target = false);
+// max(d(a, p) - d(a, n) + margin, 0), d the pairwise_distance; swap: d(a, n) is min(d(a, n), d(p, n)).
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative, double margin = 1.0, double p = 2.0,
+                           double eps = 1e-6, bool swap = false, Reduction reduction = Reduction::Mean);
+
 // --- functional -----------------------------------------------------------------------------
+// x1 . x2 / max(|x1| |x2|, eps) along dim (the inputs broadcast; dim is of the broadcast shape).
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// x / max(|x|_p, eps) along dim (p = infinity: the largest magnitude).
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+// |x1 - x2 + eps|_p along the last axis.
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
 // torch.nn.functional.dropout: zeroes each element with probability p and scales the rest by
 // 1 / (1 - p) when training; x itself otherwise.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);

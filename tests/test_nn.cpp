@@ -320,6 +320,36 @@ TEST_CASE("nn: Embedding and Dropout", "[nn]") {
   CHECK(drop(ones).to_vector<float>() == std::vector<float>(4000, 1.0f));
 }
 
+// Dropout2d drops whole (sample, channel) planes: every plane is all zeros or all x / (1 - p), about p
+// of them zeros, and the gradient passes exactly where the value did.
+TEST_CASE("nn: Dropout2d zeroes whole channels", "[nn]") {
+  nn::Dropout2d drop(0.3);
+  Tensor x = (Tensor::arange(0, 40 * 50 * 4 * 3, 1).reshape({40, 50, 4, 3}) + 1.0).realize().requires_grad_();
+  Tensor y = drop(x);
+  y.sum().backward();
+  std::vector<float> xv = x.to_vector<float>(), yv = y.to_vector<float>(), gv = x.grad()->to_vector<float>();
+  int dropped = 0;
+  for (size_t plane = 0; plane < 40 * 50; ++plane) {
+    bool zero = yv[plane * 12] == 0.0f;
+    dropped += zero;
+    for (size_t k = plane * 12; k < plane * 12 + 12; ++k) {
+      INFO("plane " << plane << " element " << k);
+      CHECK(yv[k] == Approx(zero ? 0.0f : xv[k] / 0.7f));
+      CHECK(gv[k] == Approx(zero ? 0.0f : 1 / 0.7f));
+    }
+  }
+  CHECK(dropped > 540);  // 600 expected of 2000 planes; the binomial sd is 20.5
+  CHECK(dropped < 660);
+  Tensor unbatched = Tensor::ones({30, 2, 2});
+  std::vector<float> u = drop(unbatched).to_vector<float>();
+  for (size_t c = 0; c < 30; ++c)
+    for (size_t k = 1; k < 4; ++k) CHECK(u[c * 4 + k] == u[c * 4]);
+  drop.eval();
+  CHECK(drop(unbatched).to_vector<float>() == std::vector<float>(120, 1.0f));
+  CHECK_THROWS_WITH(nn::Dropout2d(1.5), Catch::Contains("Dropout2d: p must be in [0, 1], got 1.5"));
+  CHECK_THROWS_WITH(nn::Dropout2d()(Tensor::ones({4, 5})), Catch::Contains("Dropout2d: expected (N, C, H, W) or (C, H, W), got (4, 5)"));
+}
+
 TEST_CASE("nn: an Embedding's gradient over a large vocabulary is a scatter-add, eager and replayed", "[nn]") {
   // 1024 tokens x 128 features x 20000 rows is 2.6e9 one-hot pairs: above kScatterMinPairs, so the
   // gradient is a SCATTER_ADD, summed on the host. Each row's gradient is the sum of the output gradient's rows whose

@@ -480,6 +480,91 @@ TEST_CASE("torch grad: losses", "[torch][grad]") {
   batch.run();
 }
 
+// kl_div (every reduction, batchmean included, both target forms), the distances of metric learning
+// and InstanceNorm / PReLU, values and gradients (both inputs where torch differentiates both).
+TEST_CASE("torch grad: kl_div, cosine_similarity, normalize, pairwise and triplet distances, InstanceNorm, PReLU", "[torch][grad]") {
+  Source src(113);
+  Batch batch;
+  using nn::Reduction;
+  for (at::ScalarType dt : kGradDtypes) {
+    auto both = [&](const std::string& what, const std::vector<at::Tensor>& xs, const KFn& k, const TFn& t, double n) {
+      std::vector<Tensor> kx;
+      for (const at::Tensor& x : xs) kx.push_back(to_kiln(x));
+      at::Tensor want = t(xs);
+      batch.check(cat(what, " ", name(dt), " (values)"), k(kx), want, normwise(want, n, dt));
+      check_grad(batch, src, what, xs, k, t, n);
+    };
+    at::Tensor logp = at::log_softmax(draw(src, {4, 5}, dt, Domain::Any), 1), q = at::softmax(draw(src, {4, 5}, dt, Domain::Any), 1);
+    at::Tensor q0 = q.clone();
+    q0.index_put_({0, 0}, 0.0);  // a zero target term adds 0 (0 log 0)
+    for (auto [r, ar, label] : {std::tuple{Reduction::Mean, at::Reduction::Mean, "mean"}, std::tuple{Reduction::Sum, at::Reduction::Sum, "sum"},
+                                std::tuple{Reduction::None, at::Reduction::None, "none"}}) {
+      both(cat("kl_div ", label), {logp, q}, [&](auto& v) { return nn::kl_div(v[0], v[1], r); }, [&](auto& v) { return at::kl_div(v[0], v[1], ar); }, 16);
+      both(cat("kl_div log_target ", label), {logp, q.log()}, [&](auto& v) { return nn::kl_div(v[0], v[1], r, true); },
+           [&](auto& v) { return at::kl_div(v[0], v[1], ar, true); }, 16);
+    }
+    at::Tensor kq0 = q0;
+    both("kl_div batchmean, a zero target", {logp}, [&](auto& v) { return nn::kl_div(v[0], to_kiln(kq0), Reduction::BatchMean); },
+         [&](auto& v) { return at::kl_div(v[0], kq0, at::Reduction::Sum) / 4; }, 16);
+
+    at::Tensor a = draw(src, {3, 6}, dt, Domain::Any), b = draw(src, {3, 6}, dt, Domain::Any), c = draw(src, {3, 6}, dt, Domain::Any);
+    at::Tensor row = draw(src, {1, 6}, dt, Domain::Any), cube = draw(src, {2, 3, 4}, dt, Domain::Any), cube2 = draw(src, {2, 3, 4}, dt, Domain::Any);
+    both("cosine_similarity", {a, b}, [](auto& v) { return nn::cosine_similarity(v[0], v[1]); },
+         [](auto& v) { return at::cosine_similarity(v[0], v[1], 1, 1e-8); }, 32);
+    both("cosine_similarity broadcast", {a, row}, [](auto& v) { return nn::cosine_similarity(v[0], v[1], -1); },
+         [](auto& v) { return at::cosine_similarity(v[0], v[1], -1, 1e-8); }, 32);
+    both("cosine_similarity dim 0 of 3-D", {cube, cube2}, [](auto& v) { return nn::cosine_similarity(v[0], v[1], 0); },
+         [](auto& v) { return at::cosine_similarity(v[0], v[1], 0, 1e-8); }, 32);
+    for (double p : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()}) {
+      both(cat("normalize p ", p), {cube}, [&](auto& v) { return nn::normalize(v[0], p, 1); },
+           [&](auto& v) { return at::div(v[0], at::linalg_vector_norm(v[0], p, {1}, true).clamp_min(1e-12).expand_as(v[0])); }, 32);
+      both(cat("pairwise_distance p ", p), {a, b}, [&](auto& v) { return nn::pairwise_distance(v[0], v[1], p); },
+           [&](auto& v) { return at::pairwise_distance(v[0], v[1], p, 1e-6, false); }, 32);
+    }
+    both("pairwise_distance keepdim, broadcast", {a, row}, [](auto& v) { return nn::pairwise_distance(v[0], v[1], 2.0, 1e-6, true); },
+         [](auto& v) { return at::pairwise_distance(v[0], v[1], 2.0, 1e-6, true); }, 32);
+    for (bool swap : {false, true})
+      both(cat("triplet_margin_loss swap ", swap), {a, b, c}, [&](auto& v) { return nn::triplet_margin_loss(v[0], v[1], v[2], 2.0, 2.0, 1e-6, swap); },
+           [&](auto& v) { return at::triplet_margin_loss(v[0], v[1], v[2], 2.0, 2.0, 1e-6, swap, at::Reduction::Mean); }, 32);
+
+    at::Tensor img = draw(src, {2, 3, 4, 5}, dt, Domain::Any), seq = draw(src, {2, 3, 7}, dt, Domain::Any);
+    at::Tensor w = draw(src, {3}, dt, Domain::Any), bias = draw(src, {3}, dt, Domain::Any);
+    both("InstanceNorm2d affine", {img, w, bias},
+         [](auto& v) {
+           nn::InstanceNorm2d in(3, 1e-5, 0.1, true);
+           in.weight = v[1], in.bias = v[2];
+           return in(v[0]);
+         },
+         [](auto& v) { return at::instance_norm(v[0], v[1], v[2], {}, {}, true, 0.1, 1e-5, false); }, 128);
+    both("InstanceNorm1d", {seq}, [](auto& v) { return nn::InstanceNorm1d(3)(v[0]); },
+         [](auto& v) { return at::instance_norm(v[0], {}, {}, {}, {}, true, 0.1, 1e-5, false); }, 128);
+    both("InstanceNorm2d unbatched", {img.select(0, 1)}, [](auto& v) { return nn::InstanceNorm2d(3)(v[0]); },
+         [](auto& v) { return at::instance_norm(v[0].unsqueeze(0), {}, {}, {}, {}, true, 0.1, 1e-5, false).squeeze(0); }, 128);
+    at::Tensor one = draw(src, {1}, dt, Domain::Any);
+    both("PReLU per channel", {img, w}, [](auto& v) {
+           nn::PReLU pr(3);
+           pr.weight = v[1];
+           return pr(v[0]);
+         },
+         [](auto& v) { return at::prelu(v[0], v[1]); }, 4);
+    both("PReLU one weight", {seq, one}, [](auto& v) {
+           nn::PReLU pr;
+           pr.weight = v[1];
+           return pr(v[0]);
+         },
+         [](auto& v) { return at::prelu(v[0], v[1]); }, 4);
+  }
+  batch.run();
+  Tensor x = Tensor::ones({2, 3});
+  CHECK_THROWS_WITH(nn::kl_div(x, Tensor::ones({3, 2})), Catch::Contains("kl_div: input (log-probabilities) and target must have one shape"));
+  CHECK_THROWS_WITH(nn::mse_loss(x, x, nn::Reduction::BatchMean), Catch::Contains("only kl_div takes it"));
+  CHECK_THROWS_WITH(nn::normalize(x, 0.0), Catch::Contains("normalize: p must be positive"));
+  CHECK_THROWS_WITH(nn::cosine_similarity(x, Tensor::ones({4})), Catch::Contains("cosine_similarity"));
+  CHECK_THROWS_WITH(nn::InstanceNorm2d(3, 1e-5, 0.1, false, true), Catch::Contains("track_running_stats is not implemented"));
+  CHECK_THROWS_WITH(nn::InstanceNorm2d(3)(Tensor::ones({2, 4, 5, 5})), Catch::Contains("InstanceNorm2d: input (2, 4, 5, 5) must be (N, 3, H, W)"));
+  CHECK_THROWS_WITH(nn::PReLU(3)(Tensor::ones({2, 4})), Catch::Contains("PReLU: 3 parameters (one per channel) need an input (N, 3, ...)"));
+}
+
 TEST_CASE("torch grad: conv1d, 1-D pooling and adaptive pooling, values and gradients", "[torch][grad]") {
   // Values within the normwise tolerance of a sum of K terms (n = K + 8, as the conv2d case); the
   // adaptive windows that do not divide evenly (5 -> 3, 7 -> 4) overlap, as PyTorch's do.
