@@ -1,5 +1,7 @@
 #include "schedule/shape.h"
 
+#include <algorithm>
+
 namespace kiln {
 
 int64_t numel(const Shape& shape) {
@@ -75,14 +77,21 @@ Shape infer_shape(Op op, const Arg& arg, std::span<const Shape> src) {
 
 const Shape& ShapeCache::operator()(const UOpPtr& u) {
   if (auto it = memo_.find(u.get()); it != memo_.end()) return it->second.second;
-  // Iterative: tensor graphs (an optimizer step, a long elementwise chain) can be deep.
-  for (const UOpPtr& node : toposort(u, [this](const UOp* n) { return memo_.count(n) > 0; })) {  // analysis: a shape per new node
+  auto add = [&](const UOpPtr& node) -> const Shape& {
     std::vector<Shape> src;
-    if (node->op != Op::BUFFER && node->op != Op::CONST && node->op != Op::IOTA && node->op != Op::DEVICE)
+    if (node->op != Op::BUFFER && node->op != Op::CONST && node->op != Op::IOTA)
       for (const UOpPtr& s : node->src)
         if (s->op != Op::DEVICE) src.push_back(memo_.at(s.get()).second);
+    return memo_.emplace(node.get(), std::pair{node, infer_shape(node->op, node->arg, src)}).first->second.second;
+  };
+  // Most nodes asked about are one op over nodes already known (autograd asks for each gradient node
+  // it makes, a third of a backward pass's time when each went through the walk below): no walk.
+  bool sources_known = std::all_of(u->src.begin(), u->src.end(), [&](const UOpPtr& s) { return s->op == Op::DEVICE || memo_.count(s.get()); });
+  if (u->op != Op::DEVICE && sources_known) return add(u);
+  // Iterative: tensor graphs (an optimizer step, a long elementwise chain) can be deep.
+  for (const UOpPtr& node : toposort(u, [this](const UOp* n) { return memo_.count(n) > 0; })) {  // analysis: a shape per new node
     if (node->op == Op::DEVICE) continue;
-    memo_[node.get()] = {node, infer_shape(node->op, node->arg, src)};
+    add(node);
   }
   return memo_.at(u.get()).second;
 }
