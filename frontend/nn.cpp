@@ -541,6 +541,48 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, std::optional<Tensor>
   return norm2->forward(x + feed_forward(x));
 }
 
+TransformerDecoderLayer::TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double p, std::string act,
+                                                 double layer_norm_eps, bool batch_first, bool norm_first)
+    : activation(std::move(act)), norm_first(norm_first) {
+  if (activation != "relu" && activation != "gelu")
+    throw Error(kiln::cat("TransformerDecoderLayer: activation \"", activation, "\" is not \"relu\" or \"gelu\""));
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, true, batch_first));
+  multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(d_model, nhead, true, batch_first));
+  self_attn->dropout = multihead_attn->dropout = p;
+  linear1 = register_module("linear1", std::make_shared<Linear>(d_model, dim_feedforward));
+  dropout = register_module("dropout", std::make_shared<Dropout>(p));
+  linear2 = register_module("linear2", std::make_shared<Linear>(dim_feedforward, d_model));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(Shape{d_model}, layer_norm_eps));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(Shape{d_model}, layer_norm_eps));
+  norm3 = register_module("norm3", std::make_shared<LayerNorm>(Shape{d_model}, layer_norm_eps));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
+  dropout3 = register_module("dropout3", std::make_shared<Dropout>(p));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor&) {
+  throw Error("TransformerDecoderLayer: forward needs the target and the encoder's memory: call forward(tgt, memory[, tgt_mask, memory_mask])");
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, std::optional<Tensor> tgt_mask,
+                                        std::optional<Tensor> memory_mask, bool tgt_is_causal) {
+  auto self_block = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, tgt_mask, tgt_is_causal)); };
+  auto cross_block = [&](const Tensor& x) { return dropout2->forward(multihead_attn->attend(x, memory, memory, memory_mask)); };
+  auto feed_forward = [&](const Tensor& x) {
+    Tensor h = linear1->forward(x);
+    h = activation == "gelu" ? h.gelu() : h.relu();
+    return dropout3->forward(linear2->forward(dropout->forward(h)));
+  };
+  if (norm_first) {
+    Tensor x = tgt + self_block(norm1->forward(tgt));
+    x = x + cross_block(norm2->forward(x));
+    return x + feed_forward(norm3->forward(x));
+  }
+  Tensor x = norm1->forward(tgt + self_block(tgt));
+  x = norm2->forward(x + cross_block(x));
+  return norm3->forward(x + feed_forward(x));
+}
+
 ModuleList::ModuleList(std::vector<std::shared_ptr<Module>> modules) {
   for (auto& m : modules) push_back(std::move(m));
 }

@@ -417,6 +417,25 @@ class TransformerEncoderLayer : public Module {
   bool norm_first;
 };
 
+// torch.nn.TransformerDecoderLayer: self-attention over the target (tgt_mask, or causal), attention from
+// the target to `memory` (the encoder's output; memory_mask), and the feed-forward block, each added to
+// its input with LayerNorm after each sum (or before each block: norm_first). PyTorch's submodule names
+// (self_attn, multihead_attn, linear1, linear2, norm1..3).
+class TransformerDecoderLayer : public Module {
+ public:
+  TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward = 2048, double dropout = 0.1,
+                          std::string activation = "relu", double layer_norm_eps = 1e-5, bool batch_first = false, bool norm_first = false);
+  Tensor forward(const Tensor&) override;  // an error: a decoder layer needs the memory too
+  Tensor forward(const Tensor& tgt, const Tensor& memory, std::optional<Tensor> tgt_mask = std::nullopt,
+                 std::optional<Tensor> memory_mask = std::nullopt, bool tgt_is_causal = false);
+  std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
+  std::shared_ptr<Linear> linear1, linear2;
+  std::shared_ptr<LayerNorm> norm1, norm2, norm3;
+  std::shared_ptr<Dropout> dropout, dropout1, dropout2, dropout3;
+  std::string activation;
+  bool norm_first;
+};
+
 // torch.nn.ModuleList: modules registered under "0", "1", ...; it has no forward of its own.
 class ModuleList : public Module {
  public:
