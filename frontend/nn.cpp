@@ -510,11 +510,26 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
   return batch_first ? out : out.transpose(0, 1);
 }
 
+namespace {
+
+void check_activation(const char* op, const std::string& activation) {
+  if (activation != "relu" && activation != "gelu")
+    throw Error(kiln::cat(op, ": activation \"", activation, "\" is not \"relu\" or \"gelu\""));
+}
+
+// A Transformer layer's feed-forward block: outer(linear2(inner(activation(linear1(x))))).
+Tensor feed_forward(Linear& linear1, Linear& linear2, Dropout& inner, Dropout& outer, const std::string& activation, const Tensor& x) {
+  Tensor h = linear1.forward(x);
+  h = activation == "gelu" ? h.gelu() : h.relu();
+  return outer.forward(linear2.forward(inner.forward(h)));
+}
+
+}  // namespace
+
 TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double p, std::string act,
                                                  double layer_norm_eps, bool batch_first, bool norm_first)
     : activation(std::move(act)), norm_first(norm_first) {
-  if (activation != "relu" && activation != "gelu")
-    throw Error(kiln::cat("TransformerEncoderLayer: activation \"", activation, "\" is not \"relu\" or \"gelu\""));
+  check_activation("TransformerEncoderLayer", activation);
   self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, true, batch_first));
   self_attn->dropout = p;
   linear1 = register_module("linear1", std::make_shared<Linear>(d_model, dim_feedforward));
@@ -528,24 +543,19 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, std::optional<Tensor> mask, bool causal) {
   auto attention = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, mask, causal)); };
-  auto feed_forward = [&](const Tensor& x) {
-    Tensor h = linear1->forward(x);
-    h = activation == "gelu" ? h.gelu() : h.relu();
-    return dropout2->forward(linear2->forward(dropout->forward(h)));
-  };
+  auto ff = [&](const Tensor& x) { return feed_forward(*linear1, *linear2, *dropout, *dropout2, activation, x); };
   if (norm_first) {
     Tensor x = src + attention(norm1->forward(src));
-    return x + feed_forward(norm2->forward(x));
+    return x + ff(norm2->forward(x));
   }
   Tensor x = norm1->forward(src + attention(src));
-  return norm2->forward(x + feed_forward(x));
+  return norm2->forward(x + ff(x));
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward, double p, std::string act,
                                                  double layer_norm_eps, bool batch_first, bool norm_first)
     : activation(std::move(act)), norm_first(norm_first) {
-  if (activation != "relu" && activation != "gelu")
-    throw Error(kiln::cat("TransformerDecoderLayer: activation \"", activation, "\" is not \"relu\" or \"gelu\""));
+  check_activation("TransformerDecoderLayer", activation);
   self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(d_model, nhead, true, batch_first));
   multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(d_model, nhead, true, batch_first));
   self_attn->dropout = multihead_attn->dropout = p;
@@ -568,19 +578,15 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
                                         std::optional<Tensor> memory_mask, bool tgt_is_causal) {
   auto self_block = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, tgt_mask, tgt_is_causal)); };
   auto cross_block = [&](const Tensor& x) { return dropout2->forward(multihead_attn->attend(x, memory, memory, memory_mask)); };
-  auto feed_forward = [&](const Tensor& x) {
-    Tensor h = linear1->forward(x);
-    h = activation == "gelu" ? h.gelu() : h.relu();
-    return dropout3->forward(linear2->forward(dropout->forward(h)));
-  };
+  auto ff = [&](const Tensor& x) { return feed_forward(*linear1, *linear2, *dropout, *dropout3, activation, x); };
   if (norm_first) {
     Tensor x = tgt + self_block(norm1->forward(tgt));
     x = x + cross_block(norm2->forward(x));
-    return x + feed_forward(norm3->forward(x));
+    return x + ff(norm3->forward(x));
   }
   Tensor x = norm1->forward(tgt + self_block(tgt));
   x = norm2->forward(x + cross_block(x));
-  return norm3->forward(x + feed_forward(x));
+  return norm3->forward(x + ff(x));
 }
 
 ModuleList::ModuleList(std::vector<std::shared_ptr<Module>> modules) {
