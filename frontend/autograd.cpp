@@ -30,7 +30,7 @@ struct GradContext : RewriteContext {
   ShapeCache shapes;
   DeviceCache devices;
   UOpPtr grad;  // the gradient of the node being rewritten
-  Tensor t(const UOpPtr& u) { return Tensor(u, shapes(u), devices(u)); }
+  Tensor t(const UOpPtr& u);  // u as a tensor, its shape and device known (defined after Autograd)
 };
 
 GradContext& ctx(const Match& m) { return m.context<GradContext>(); }
@@ -295,6 +295,10 @@ std::unordered_map<const UOp*, UOpPtr> backprop(const UOpPtr& root, const UOpPtr
 
 // The registry of leaves, and the hooks Tensor needs (a friend of Tensor).
 struct Autograd {
+  static const Tensor::State& state(const Tensor& t) { return *t.state_; }
+  // A tensor of u whose device is known (Tensor's constructor for it is Autograd's alone).
+  static Tensor on_device(UOpPtr u, Shape shape, UOpPtr device) { return Tensor(std::move(u), std::move(shape), std::move(device)); }
+
   using StatePtr = std::shared_ptr<Tensor::State>;
 
   static std::mutex& mu() {
@@ -451,6 +455,7 @@ struct Autograd {
         out[r] = it->second;
         continue;
       }
+      reaches.emplace(roots[r].get(), false);
       stack.push_back({roots[r].get()});
       while (!stack.empty()) {
         Frame& f = stack.back();
@@ -461,12 +466,14 @@ struct Autograd {
         const UOp* child = f.hit || f.next == SIZE_MAX ? nullptr : edge(f.u, f.next);
         if (child) {
           ++f.next;
-          if (auto it = reaches.find(child); it != reaches.end()) f.hit = it->second;
+          // A child is marked (not reaching) when pushed: in a DAG nothing below it leads back to it,
+          // and should a cycle ever form through the graphs behind realized values, the walk ends.
+          if (auto [it, fresh] = reaches.try_emplace(child, false); !fresh) f.hit = it->second;
           else stack.push_back({child});
           continue;
         }
         bool hit = f.hit;
-        reaches[f.u] = hit;
+        reaches[f.u] = hit;  // settled
         stack.pop_back();
         if (!stack.empty() && hit) stack.back().hit = true;
       }
@@ -483,18 +490,19 @@ struct Autograd {
   // realize_all calls this after replacing each tensor's node by its buffer (befores[j]: tensors[j]'s
   // node before). A value computed from a leaf keeps its graph for backward().
   static void realized(std::vector<Tensor>& tensors, const std::vector<UOpPtr>& befores) {
-    std::vector<StatePtr> l = leaves();
+    // Leaves realized here first: a value realized with the leaf it was computed from reaches the
+    // leaf's node from before (its `former`), which must be among the leaf nodes.
     std::vector<UOpPtr> asked;
-    for (size_t j = 0; j < tensors.size(); ++j)
-      if (!tensors[j].state_->requires_grad) asked.push_back(befores[j]);
+    for (size_t j = 0; j < tensors.size(); ++j) {
+      if (tensors[j].state_->requires_grad) tensors[j].state_->former = befores[j];
+      else asked.push_back(befores[j]);
+    }
+    std::vector<StatePtr> l = leaves();
     std::vector<bool> reach = l.empty() ? std::vector<bool>(asked.size(), false) : each_depends_on(asked, leaf_nodes(l));
     for (size_t j = 0, k = 0; j < tensors.size(); ++j) {
       Tensor::State& s = *tensors[j].state_;
       const UOpPtr& before = befores[j];
-      if (s.requires_grad) {
-        s.former = before;
-        continue;
-      }
+      if (s.requires_grad) continue;
       if (reach[k++]) record(s.uop, before);
       // Computed here (not a copy of a buffer), and a float: integers and bools carry no gradient (ops realize
       // their indices to check them on the host).
@@ -502,6 +510,8 @@ struct Autograd {
     }
   }
 };
+
+Tensor GradContext::t(const UOpPtr& u) { return Autograd::on_device(u, shapes(u), devices(u)); }
 
 void detail::after_realize(std::vector<Tensor>& tensors, const std::vector<UOpPtr>& befores) { Autograd::realized(tensors, befores); }
 
@@ -628,8 +638,16 @@ void Tensor::backward(std::optional<Tensor> gradient) {
 }
 
 std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& inputs, std::optional<Tensor> grad_output) {
+  // A leaf stands for its value before its last update too (its `former`), as in backward(): a value
+  // computed from the leaf before the update was realized reads that node.
+  auto nodes_of = [](const Tensor& x) {
+    std::vector<const UOp*> n{x.uop().get()};
+    if (const auto& s = Autograd::state(x); s.requires_grad && s.former) n.push_back(s.former.get());
+    return n;
+  };
   std::unordered_set<const UOp*> targets;
-  for (const Tensor& x : inputs) targets.insert(x.uop().get());
+  for (const Tensor& x : inputs)
+    for (const UOp* n : nodes_of(x)) targets.insert(n);
   UOpPtr seed = seed_gradient(output, grad_output, "gradients");
   UOpPtr graph = Autograd::unrealized(output.uop(), targets);
   // An input that requires no grad (not a requires_grad_() leaf nor computed from one) is differentiated
@@ -650,8 +668,13 @@ std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& i
   auto grads = backprop(graph, seed, targets);
   std::vector<Tensor> out;
   for (const Tensor& x : inputs) {
-    auto it = grads.find(x.uop().get());
-    out.push_back(it == grads.end() ? x.zeros_like() : Tensor(it->second, x.shape()).cast(x.dtype()));
+    std::optional<Tensor> g;
+    for (const UOp* n : nodes_of(x))
+      if (auto it = grads.find(n); it != grads.end()) {
+        Tensor part(it->second, x.shape());
+        g = g ? *g + part : part;
+      }
+    out.push_back(g ? g->cast(x.dtype()) : x.zeros_like());
   }
   return out;
 }

@@ -11,16 +11,17 @@ namespace kiln::nn {
 
 namespace {
 
-[[noreturn]] void batchmean_elsewhere() {
-  throw Error("Reduction::BatchMean (PyTorch's \"batchmean\") divides a sum by the batch size: only kl_div takes it; use Mean, Sum or None");
+[[noreturn]] void batchmean_elsewhere(const char* op) {
+  throw Error(kiln::cat(op, ": Reduction::BatchMean (PyTorch's \"batchmean\") divides a sum by the batch size and only kl_div ",
+                        "takes it; use Mean, Sum or None"));
 }
 
-Tensor reduce(const Tensor& per_item, Reduction r) {
+Tensor reduce(const Tensor& per_item, Reduction r, const char* op) {
   switch (r) {
     case Reduction::Mean: return per_item.mean();
     case Reduction::Sum: return per_item.sum();
     case Reduction::None: return per_item;
-    case Reduction::BatchMean: batchmean_elsewhere();
+    case Reduction::BatchMean: batchmean_elsewhere(op);
   }
   return per_item;
 }
@@ -121,7 +122,7 @@ Tensor class_loss(const Tensor& logp, const ClassProblem& p, double smoothing, i
       case Reduction::Mean: return per_sample.sum() / w_target.sum();  // all ignored: 0/0 = NaN, as in PyTorch
       case Reduction::Sum: return per_sample.sum();
       case Reduction::None: return per_sample.reshape(p.per_sample);
-      case Reduction::BatchMean: batchmean_elsewhere();
+      case Reduction::BatchMean: batchmean_elsewhere("cross_entropy / nll_loss");
     }
     return per_sample;
   };
@@ -140,7 +141,7 @@ Tensor probability_loss(const Tensor& logits, const Tensor& target, double smoot
   Tensor terms = logp * y.cast(logp.dtype());
   if (weight) terms = terms * weight->cast(logp.dtype()).reshape(detail::channel_shape(c, logits.ndim()));
   Tensor per_sample = -terms.sum({1});
-  return reduce(per_sample, r);
+  return reduce(per_sample, r, "cross_entropy");
 }
 
 }  // namespace
@@ -170,12 +171,12 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_in
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r) {
   check_same_shape(input, target, "mse_loss");
   Tensor d = input - target;
-  return reduce(d * d, r);
+  return reduce(d * d, r, "mse_loss");
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction r) {
   check_same_shape(input, target, "l1_loss");
-  return reduce((input - target).abs(), r);
+  return reduce((input - target).abs(), r, "l1_loss");
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduction r, std::optional<Tensor> weight,
@@ -191,7 +192,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& y, Reduct
     positive = positive * *pos_weight;
   }
   Tensor loss = positive + (1.0 - y) * x.softplus();
-  return reduce(weighted(loss, weight, "binary_cross_entropy_with_logits"), r);
+  return reduce(weighted(loss, weight, "binary_cross_entropy_with_logits"), r, "binary_cross_entropy_with_logits");
 }
 
 Tensor binary_cross_entropy(const Tensor& x, const Tensor& y, Reduction r, std::optional<Tensor> weight) {
@@ -204,22 +205,22 @@ Tensor binary_cross_entropy(const Tensor& x, const Tensor& y, Reduction r, std::
     return positive.where(l.maximum(floor), floor);
   };
   Tensor loss = -(y * clamped_log(x) + (1.0 - y) * clamped_log(1.0 - x));
-  return reduce(weighted(loss, weight, "binary_cross_entropy"), r);
+  return reduce(weighted(loss, weight, "binary_cross_entropy"), r, "binary_cross_entropy");
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction r, double beta) {
   check_same_shape(input, target, "smooth_l1_loss");
   if (beta < 0) throw Error(kiln::cat("smooth_l1_loss: beta must be >= 0, got ", beta));
   Tensor d = input - target, ad = d.abs();
-  if (beta == 0) return reduce(ad, r);
-  return reduce(ad.lt(ad.full_like(beta)).where(d * d * (0.5 / beta), ad - 0.5 * beta), r);
+  if (beta == 0) return reduce(ad, r, "smooth_l1_loss");
+  return reduce(ad.lt(ad.full_like(beta)).where(d * d * (0.5 / beta), ad - 0.5 * beta), r, "smooth_l1_loss");
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction r, double delta) {
   check_same_shape(input, target, "huber_loss");
   if (delta <= 0) throw Error(kiln::cat("huber_loss: delta must be > 0, got ", delta));
   Tensor d = input - target, ad = d.abs();
-  return reduce(ad.lt(ad.full_like(delta)).where(d * d * 0.5, (ad - 0.5 * delta) * delta), r);
+  return reduce(ad.lt(ad.full_like(delta)).where(d * d * 0.5, (ad - 0.5 * delta) * delta), r, "huber_loss");
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction r, bool log_target) {
@@ -230,22 +231,37 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction r, bool log_t
   // target (log target - input); a target of 0 adds 0 (0 log 0 = 0), as torch's xlogy.
   Tensor pointwise = log_target ? t.exp() * (t - input) : t.eq(t.zeros_like()).where(t.zeros_like(), t * (t.log() - input));
   if (r == Reduction::BatchMean) return pointwise.sum() / static_cast<double>(input.ndim() ? input.shape()[0] : 1);
-  return reduce(pointwise, r);
+  return reduce(pointwise, r, "kl_div");
 }
 
+// The clamps below act before the roots: max(|x|, eps) is max(sum |x|^p, eps^p)^(1/p), whose gradient
+// at a zero vector is 0 (the root's own is infinite there, and 0 times it NaN).
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
   Shape shape = detail::broadcast_shapes(x1.shape(), x2.shape(), "cosine_similarity");
   Tensor a = x1.expand(shape), b = x2.expand(shape);
   int64_t d = detail::normalize_axis(dim, static_cast<int64_t>(shape.size()), "cosine_similarity");
-  Tensor dot = (a * b).sum({d}), norms = p_norm(a, 2, d, false) * p_norm(b, 2, d, false);
-  return dot / norms.maximum(norms.full_like(eps));
+  // Each norm clamped at eps on its own, as PyTorch 1.13 computes it (its doc's max(|x1| |x2|, eps)
+  // differs only near zero, and there its gradients are PyTorch's).
+  auto norm = [&](const Tensor& t) {
+    Tensor squares = (t * t).sum({d});
+    return squares.maximum(squares.full_like(eps * eps)).sqrt();
+  };
+  return (a * b).sum({d}) / (norm(a) * norm(b));
 }
 
 Tensor normalize(const Tensor& x, double p, int64_t dim, double eps) {
   check_p(p, "normalize");
   int64_t d = detail::normalize_axis(dim, x.ndim(), "normalize");
-  Tensor n = p_norm(x, p, d, true);
-  return x / n.maximum(n.full_like(eps)).expand(x.shape());
+  Tensor n;
+  if (std::isinf(p)) {
+    n = p_norm(x, p, d, true);
+    n = n.maximum(n.full_like(eps));
+  } else {
+    Tensor powers = p == 2 ? (x * x).sum({d}, true) : p == 1 ? x.abs().sum({d}, true) : x.abs().pow(p).sum({d}, true);
+    powers = powers.maximum(powers.full_like(std::pow(eps, p)));
+    n = p == 2 ? powers.sqrt() : p == 1 ? powers : powers.pow(1.0 / p);
+  }
+  return x / n.expand(x.shape());
 }
 
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double eps, bool keepdim) {
@@ -263,7 +279,7 @@ Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const T
   Tensor d_pos = pairwise_distance(anchor, positive, p, eps), d_neg = pairwise_distance(anchor, negative, p, eps);
   if (swap) d_neg = d_neg.minimum(pairwise_distance(positive, negative, p, eps));
   Tensor loss = d_pos - d_neg + margin;
-  return reduce(loss.maximum(loss.zeros_like()), r);
+  return reduce(loss.maximum(loss.zeros_like()), r, "triplet_margin_loss");
 }
 
 }  // namespace kiln::nn

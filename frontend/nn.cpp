@@ -440,11 +440,14 @@ Dropout2d::Dropout2d(double p) : p(p) {
 }
 
 Tensor Dropout2d::forward(const Tensor& x) {
-  if (x.ndim() != 3 && x.ndim() != 4) throw Error(kiln::cat("Dropout2d: expected (N, C, H, W) or (C, H, W), got ", shape_str(x.shape())));
+  if (x.ndim() != 3 && x.ndim() != 4) throw Error(kiln::cat("Dropout2d: expected (N, C, H, W) (or (N, C, L), as PyTorch 1.13 reads a 3-D input), got ", shape_str(x.shape())));
   if (!training() || p == 0) return x;
   if (p == 1) return x.zeros_like();
+  // 4-D: one draw per (N, C) plane. 3-D: PyTorch 1.13 reads it as (N, C, L) (with a warning that
+  // Dropout1d is meant), one draw per (N, C) row.
   Shape planes = x.shape();
-  planes[planes.size() - 1] = planes[planes.size() - 2] = 1;
+  planes[planes.size() - 1] = 1;
+  if (x.ndim() == 4) planes[2] = 1;
   Tensor keep = Tensor::rand(planes, x.dtype(), x.device()).ge(Tensor::full(planes, p, x.dtype(), x.device())).expand(x.shape());
   return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
 }

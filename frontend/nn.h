@@ -141,7 +141,8 @@ class GroupNorm : public Module {
 
 // Each sample's channels normalized over their own positions (torch.nn.InstanceNorm1d/2d): (N, C, ...)
 // or unbatched (C, ...). affine adds a weight and bias per channel. Running statistics
-// (track_running_stats) are not implemented: asking for them is an error.
+// (track_running_stats) are not implemented: asking for them is an error. An input whose channel count
+// is not num_features is an error (PyTorch only warns when affine is off).
 class InstanceNorm : public Module {
  public:
   Tensor forward(const Tensor& x) override;
@@ -193,7 +194,8 @@ class Dropout : public Module {
 };
 
 // Zeroes whole channels: each (sample, channel) plane with probability p, the rest scaled by 1 / (1 - p),
-// when training (torch.nn.Dropout2d; (N, C, H, W) or unbatched (C, H, W)).
+// when training (torch.nn.Dropout2d on (N, C, H, W)). A 3-D input is (N, C, L), as PyTorch 1.13 reads
+// it (each (sample, channel) row; not an unbatched (C, H, W)).
 class Dropout2d : public Module {
  public:
   explicit Dropout2d(double p = 0.5);
@@ -584,7 +586,8 @@ Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const T
                            double eps = 1e-6, bool swap = false, Reduction reduction = Reduction::Mean);
 
 // --- functional -----------------------------------------------------------------------------
-// x1 . x2 / max(|x1| |x2|, eps) along dim (the inputs broadcast; dim is of the broadcast shape).
+// x1 . x2 / (max(|x1|, eps) max(|x2|, eps)) along dim, as PyTorch 1.13 computes it (the inputs
+// broadcast; dim is of the broadcast shape).
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
 // x / max(|x|_p, eps) along dim (p = infinity: the largest magnitude).
 Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);

@@ -248,9 +248,8 @@ double ExponentialLR::lr_at(int64_t step) const { return base_lr_ * std::pow(gam
 
 MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma)
     : LRScheduler(opt), milestones(std::move(milestones)), gamma(gamma) {
-  for (size_t i = 1; i < this->milestones.size(); ++i)
-    if (this->milestones[i] <= this->milestones[i - 1])
-      throw Error(kiln::cat("MultiStepLR: milestones must increase, got ", this->milestones[i - 1], " then ", this->milestones[i]));
+  std::sort(this->milestones.begin(), this->milestones.end());
+  opt_.lr = lr_at(0);  // a milestone at 0 applies at once, as in PyTorch
 }
 double MultiStepLR::lr_at(int64_t step) const {
   auto passed = std::upper_bound(milestones.begin(), milestones.end(), step) - milestones.begin();

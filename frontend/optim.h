@@ -154,12 +154,13 @@ class ExponentialLR : public LRScheduler {
   double gamma;
 };
 
-// lr = base * gamma^(how many milestones are <= step).
+// lr = base * gamma^(how many milestones are <= step); milestones in any order, a repeated one counting
+// twice, as PyTorch's.
 class MultiStepLR : public LRScheduler {
  public:
   MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma = 0.1);
   double lr_at(int64_t step) const override;
-  std::vector<int64_t> milestones;  // increasing
+  std::vector<int64_t> milestones;  // sorted
   double gamma;
 };
 

@@ -277,7 +277,6 @@ class Tensor {
   static Schedule schedule(const std::vector<Tensor>& tensors);
 
   explicit Tensor(UOpPtr uop, Shape shape);
-  Tensor(UOpPtr uop, Shape shape, UOpPtr device);  // device: uop's DEVICE node, known (device_of walks the graph)
   Tensor();  // a float32 scalar 0 on the default device, so a Tensor member can be assigned later
 
  private:
@@ -310,6 +309,7 @@ class Tensor {
   };
   static LiveUses live_uses(const std::unordered_set<const UOp*>& buffers, const std::unordered_set<const State*>& skip);
 
+  Tensor(UOpPtr uop, Shape shape, UOpPtr device);  // device: uop's DEVICE node, known (device_of walks the graph)
   // A tensor computed from this one (and operands on the same device): it lives on this device.
   Tensor derived(UOpPtr uop, Shape shape) const { return Tensor(std::move(uop), std::move(shape), device_uop()); }
   // gather's node (for `op`: gather, index_select), its index's rank, sizes and values already checked;

@@ -537,4 +537,27 @@ TEST_CASE("autograd: realizing several values at once keeps the graph of each on
   CHECK(again.requires_grad());
   CHECK(gradients((again * plain).sum(), {w})[0].to_vector<float>() == std::vector<float>{24, 42, 60});  // 6 (3w + 1)
   CHECK(gradients(from_w.sum(), {w})[0].to_vector<float>() == std::vector<float>{3, 3, 3});
+  // A leaf realized in the same batch as a value computed from it (a pending in-place update, as an
+  // optimizer's step realizes with the loss): the value still reaches the leaf.
+  Tensor v = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    v.assign(v.detach() * 2);
+  }
+  Tensor y = v * 3;
+  std::vector<Tensor> both{v, y};
+  realize_all(both);
+  CHECK(y.requires_grad());
+  CHECK(v.to_vector<float>() == std::vector<float>{2, 4});
+  CHECK(gradients(y.sum(), {v})[0].to_vector<float>() == std::vector<float>{3, 3});
+  // The leaf realized alone before gradients() is asked: the value's graph reads the leaf's node from
+  // before, which gradients() counts as the leaf (as backward() does).
+  Tensor u = Tensor::from_vector<float>({1, 2}, {2}).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    u.assign(u.detach() * 2);
+  }
+  Tensor z = u * u;
+  u.realize();
+  CHECK(gradients(z.sum(), {u})[0].to_vector<float>() == std::vector<float>{4, 8});  // 2u, u = (2, 4)
 }

@@ -340,14 +340,20 @@ TEST_CASE("nn: Dropout2d zeroes whole channels", "[nn]") {
   }
   CHECK(dropped > 540);  // 600 expected of 2000 planes; the binomial sd is 20.5
   CHECK(dropped < 660);
-  Tensor unbatched = Tensor::ones({30, 2, 2});
-  std::vector<float> u = drop(unbatched).to_vector<float>();
-  for (size_t c = 0; c < 30; ++c)
-    for (size_t k = 1; k < 4; ++k) CHECK(u[c * 4 + k] == u[c * 4]);
+  // A 3-D input is (N, C, L), as PyTorch 1.13 reads it: each row whole, rows independent.
+  Tensor rows = Tensor::ones({30, 20, 4});
+  std::vector<float> u = drop(rows).to_vector<float>();
+  int rows_dropped = 0;
+  for (size_t r = 0; r < 600; ++r) {
+    rows_dropped += u[r * 4] == 0.0f;
+    for (size_t k = 1; k < 4; ++k) CHECK(u[r * 4 + k] == u[r * 4]);
+  }
+  CHECK(rows_dropped > 135);  // 180 expected of 600 rows; the binomial sd is 11.2
+  CHECK(rows_dropped < 225);
   drop.eval();
-  CHECK(drop(unbatched).to_vector<float>() == std::vector<float>(120, 1.0f));
+  CHECK(drop(rows).to_vector<float>() == std::vector<float>(2400, 1.0f));
   CHECK_THROWS_WITH(nn::Dropout2d(1.5), Catch::Contains("Dropout2d: p must be in [0, 1], got 1.5"));
-  CHECK_THROWS_WITH(nn::Dropout2d()(Tensor::ones({4, 5})), Catch::Contains("Dropout2d: expected (N, C, H, W) or (C, H, W), got (4, 5)"));
+  CHECK_THROWS_WITH(nn::Dropout2d()(Tensor::ones({4, 5})), Catch::Contains("Dropout2d: expected (N, C, H, W) (or (N, C, L)"));
 }
 
 TEST_CASE("nn: an Embedding's gradient over a large vocabulary is a scatter-add, eager and replayed", "[nn]") {
@@ -668,14 +674,18 @@ TEST_CASE("optim: gradient clipping, accumulation and LR schedules", "[nn]") {
   optim::ExponentialLR expo(e, 0.5);
   CHECK(lrs_of(expo, e, 3) == std::vector<double>{1.0, 0.5, 0.25});
   optim::SGD ms({p}, 1.0);
-  optim::MultiStepLR multi(ms, {2, 4}, 0.1);
+  optim::MultiStepLR multi(ms, {4, 2}, 0.1);  // any order, as PyTorch's
   std::vector<double> got = lrs_of(multi, ms, 5), want = {1.0, 0.1, 0.1, 0.01, 0.01};
   for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]));
+  optim::SGD ms2({p}, 1.0);
+  optim::MultiStepLR twice(ms2, {0, 3, 3}, 0.5);  // a milestone at 0 applies at once; a repeated one twice
+  CHECK(ms2.lr == 0.5);
+  got = lrs_of(twice, ms2, 3), want = {0.5, 0.5, 0.125};
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]));
   optim::SGD la({p}, 0.5);
-  optim::LambdaLR lambda(la, [](int64_t s) { return 1.0 / double(s + 1); });
-  CHECK(la.lr == 0.5);  // factor(0) applies at once, as in PyTorch
-  CHECK(lrs_of(lambda, la, 3) == std::vector<double>{0.25, 0.5 / 3, 0.125});
-  CHECK_THROWS_WITH(optim::MultiStepLR(ms, {3, 3}), Catch::Contains("MultiStepLR: milestones must increase, got 3 then 3"));
+  optim::LambdaLR lambda(la, [](int64_t s) { return 1.0 / double(s + 2); });
+  CHECK(la.lr == 0.25);  // factor(0) applies at once, as in PyTorch
+  CHECK(lrs_of(lambda, la, 3) == std::vector<double>{0.5 / 3, 0.125, 0.1});
 
   // ReduceLROnPlateau (mode min, patience 2, factor 0.5, cooldown 1): torch's sequence of learning
   // rates for these losses, worked by hand from its rules.

@@ -515,6 +515,14 @@ TEST_CASE("torch grad: kl_div, cosine_similarity, normalize, pairwise and triple
          [](auto& v) { return at::cosine_similarity(v[0], v[1], -1, 1e-8); }, 32);
     both("cosine_similarity dim 0 of 3-D", {cube, cube2}, [](auto& v) { return nn::cosine_similarity(v[0], v[1], 0); },
          [](auto& v) { return at::cosine_similarity(v[0], v[1], 0, 1e-8); }, 32);
+    // A zero row (a padding embedding): the eps clamp, and finite gradients (0 through the clamp).
+    at::Tensor zero_row = a.clone();
+    zero_row.select(0, 1).zero_();
+    both("cosine_similarity, a zero row", {zero_row, b}, [](auto& v) { return nn::cosine_similarity(v[0], v[1]); },
+         [](auto& v) { return at::cosine_similarity(v[0], v[1], 1, 1e-8); }, 32);
+    for (double p : {2.0, 1.0, 3.0})
+      both(cat("normalize p ", p, ", a zero row"), {zero_row}, [&](auto& v) { return nn::normalize(v[0], p, 1); },
+           [&](auto& v) { return at::div(v[0], at::linalg_vector_norm(v[0], p, {1}, true).clamp_min(1e-12).expand_as(v[0])); }, 32);
     for (double p : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()}) {
       both(cat("normalize p ", p), {cube}, [&](auto& v) { return nn::normalize(v[0], p, 1); },
            [&](auto& v) { return at::div(v[0], at::linalg_vector_norm(v[0], p, {1}, true).clamp_min(1e-12).expand_as(v[0])); }, 32);
@@ -557,7 +565,7 @@ TEST_CASE("torch grad: kl_div, cosine_similarity, normalize, pairwise and triple
   batch.run();
   Tensor x = Tensor::ones({2, 3});
   CHECK_THROWS_WITH(nn::kl_div(x, Tensor::ones({3, 2})), Catch::Contains("kl_div: input (log-probabilities) and target must have one shape"));
-  CHECK_THROWS_WITH(nn::mse_loss(x, x, nn::Reduction::BatchMean), Catch::Contains("only kl_div takes it"));
+  CHECK_THROWS_WITH(nn::mse_loss(x, x, nn::Reduction::BatchMean), Catch::Contains("mse_loss: Reduction::BatchMean") && Catch::Contains("only kl_div takes it"));
   CHECK_THROWS_WITH(nn::normalize(x, 0.0), Catch::Contains("normalize: p must be positive"));
   CHECK_THROWS_WITH(nn::cosine_similarity(x, Tensor::ones({4})), Catch::Contains("cosine_similarity"));
   CHECK_THROWS_WITH(nn::InstanceNorm2d(3, 1e-5, 0.1, false, true), Catch::Contains("track_running_stats is not implemented"));
