@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,24 @@ struct StringMaker<kiln::UOpPtr> {
 namespace kiln::test {
 
 inline size_t node_count(const UOpPtr& u) { return toposort(u).size(); }
+
+// n uniform floats in [lo, hi) from a fixed seed.
+inline std::vector<float> randoms(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Each element of `got` within tol of `want` (absolute or relative).
+inline void check_close(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(got[i] == Approx(want[i]).margin(tol).epsilon(tol));
+  }
+}
 
 // A fresh folder, removed with everything in it at scope exit.
 struct TempDir {
