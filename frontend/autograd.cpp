@@ -487,23 +487,33 @@ struct Autograd {
     return each_depends_on({root}, nodes)[0];
   }
 
+  // A leaf's gradient: the sum of those of its node and of its node before its last update (`former`),
+  // or none when neither is reached.
+  static std::optional<Tensor> leaf_gradient(const std::unordered_map<const UOp*, UOpPtr>& grads, const Tensor::State& s) {
+    std::optional<Tensor> g;
+    for (const UOpPtr& node : {s.uop, s.former}) {
+      if (!node) continue;
+      auto it = grads.find(node.get());
+      if (it == grads.end()) continue;
+      Tensor part(it->second, s.shape);
+      g = g ? *g + part : part;
+    }
+    return g;
+  }
+
   // realize_all calls this after replacing each tensor's node by its buffer (befores[j]: tensors[j]'s
   // node before). A value computed from a leaf keeps its graph for backward().
   static void realized(std::vector<Tensor>& tensors, const std::vector<UOpPtr>& befores) {
     // Leaves realized here first: a value realized with the leaf it was computed from reaches the
     // leaf's node from before (its `former`), which must be among the leaf nodes.
-    std::vector<UOpPtr> asked;
-    for (size_t j = 0; j < tensors.size(); ++j) {
+    for (size_t j = 0; j < tensors.size(); ++j)
       if (tensors[j].state_->requires_grad) tensors[j].state_->former = befores[j];
-      else asked.push_back(befores[j]);
-    }
-    std::vector<StatePtr> l = leaves();
-    std::vector<bool> reach = l.empty() ? std::vector<bool>(asked.size(), false) : each_depends_on(asked, leaf_nodes(l));
-    for (size_t j = 0, k = 0; j < tensors.size(); ++j) {
+    std::vector<bool> reach = each_depends_on(befores, leaf_nodes(leaves()));  // a leaf's own answer is unused (and immediate)
+    for (size_t j = 0; j < tensors.size(); ++j) {
       Tensor::State& s = *tensors[j].state_;
       const UOpPtr& before = befores[j];
       if (s.requires_grad) continue;
-      if (reach[k++]) record(s.uop, before);
+      if (reach[j]) record(s.uop, before);
       // Computed here (not a copy of a buffer), and a float: integers and bools carry no gradient (ops realize
       // their indices to check them on the host).
       else if (is_float(before->dtype) && !detail::realized_buffer(before)) record_opaque(s.uop);
@@ -623,14 +633,7 @@ void Tensor::backward(std::optional<Tensor> gradient) {
   UOpPtr seed = seed_gradient(*this, gradient, "backward");
   auto grads = backprop(Autograd::unrealized(uop(), targets), seed, targets);
   for (const Autograd::StatePtr& s : leaves) {
-    std::optional<Tensor> g;
-    for (const UOpPtr& node : {s->uop, s->former}) {
-      if (!node) continue;
-      auto it = grads.find(node.get());
-      if (it == grads.end()) continue;
-      Tensor part(it->second, s->shape);
-      g = g ? *g + part : part;
-    }
+    std::optional<Tensor> g = Autograd::leaf_gradient(grads, *s);
     if (!g) continue;
     if (g->dtype() != s->uop->dtype) g = g->cast(s->uop->dtype);
     s->grad = std::make_shared<Tensor>(s->grad ? *s->grad + *g : *g);
@@ -640,14 +643,11 @@ void Tensor::backward(std::optional<Tensor> gradient) {
 std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& inputs, std::optional<Tensor> grad_output) {
   // A leaf stands for its value before its last update too (its `former`), as in backward(): a value
   // computed from the leaf before the update was realized reads that node.
-  auto nodes_of = [](const Tensor& x) {
-    std::vector<const UOp*> n{x.uop().get()};
-    if (const auto& s = Autograd::state(x); s.requires_grad && s.former) n.push_back(s.former.get());
-    return n;
-  };
   std::unordered_set<const UOp*> targets;
-  for (const Tensor& x : inputs)
-    for (const UOp* n : nodes_of(x)) targets.insert(n);
+  for (const Tensor& x : inputs) {
+    targets.insert(x.uop().get());
+    if (const auto& s = Autograd::state(x); s.requires_grad && s.former) targets.insert(s.former.get());
+  }
   UOpPtr seed = seed_gradient(output, grad_output, "gradients");
   UOpPtr graph = Autograd::unrealized(output.uop(), targets);
   // An input that requires no grad (not a requires_grad_() leaf nor computed from one) is differentiated
@@ -668,12 +668,10 @@ std::vector<Tensor> gradients(const Tensor& output, const std::vector<Tensor>& i
   auto grads = backprop(graph, seed, targets);
   std::vector<Tensor> out;
   for (const Tensor& x : inputs) {
+    const auto& s = Autograd::state(x);
     std::optional<Tensor> g;
-    for (const UOp* n : nodes_of(x))
-      if (auto it = grads.find(n); it != grads.end()) {
-        Tensor part(it->second, x.shape());
-        g = g ? *g + part : part;
-      }
+    if (s.requires_grad) g = Autograd::leaf_gradient(grads, s);
+    else if (auto it = grads.find(x.uop().get()); it != grads.end()) g = Tensor(it->second, x.shape());
     out.push_back(g ? g->cast(x.dtype()) : x.zeros_like());
   }
   return out;

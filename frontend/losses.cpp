@@ -4,6 +4,7 @@
 #include "frontend/detail.h"
 
 #include <cmath>
+#include <optional>
 
 namespace kiln::nn {
 
@@ -31,12 +32,17 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* op, const ch
     throw Error(kiln::cat(op, ": ", names, " must have one shape, got ", shape_str(a.shape()), " and ", shape_str(b.shape())));
 }
 
-// The p-norm along `dim` (p > 0; inf: the largest magnitude).
-Tensor p_norm(const Tensor& x, double p, int64_t dim, bool keepdim) {
-  if (std::isinf(p) && p > 0) return x.abs().max({dim}, keepdim);
-  if (p == 2) return (x * x).sum({dim}, keepdim).sqrt();
-  if (p == 1) return x.abs().sum({dim}, keepdim);
-  return x.abs().pow(p).sum({dim}, keepdim).pow(1.0 / p);
+// The p-norm along `dim` (p > 0; inf: the largest magnitude). With a floor, max(norm, floor), clamped
+// before the root: max(sum |x|^p, floor^p)^(1/p), whose gradient at a zero vector is 0 (the root's own
+// is infinite there, and 0 times it NaN).
+Tensor p_norm(const Tensor& x, double p, int64_t dim, bool keepdim, std::optional<double> floor = std::nullopt) {
+  if (std::isinf(p)) {
+    Tensor m = x.abs().max({dim}, keepdim);
+    return floor ? m.maximum(m.full_like(*floor)) : m;
+  }
+  Tensor sum = p == 2 ? (x * x).sum({dim}, keepdim) : p == 1 ? x.abs().sum({dim}, keepdim) : x.abs().pow(p).sum({dim}, keepdim);
+  if (floor) sum = sum.maximum(sum.full_like(std::pow(*floor, p)));
+  return p == 2 ? sum.sqrt() : p == 1 ? sum : sum.pow(1.0 / p);
 }
 
 void check_p(double p, const char* op) {
@@ -234,34 +240,19 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction r, bool log_t
   return reduce(pointwise, r, "kl_div");
 }
 
-// The clamps below act before the roots: max(|x|, eps) is max(sum |x|^p, eps^p)^(1/p), whose gradient
-// at a zero vector is 0 (the root's own is infinite there, and 0 times it NaN).
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
   Shape shape = detail::broadcast_shapes(x1.shape(), x2.shape(), "cosine_similarity");
   Tensor a = x1.expand(shape), b = x2.expand(shape);
   int64_t d = detail::normalize_axis(dim, static_cast<int64_t>(shape.size()), "cosine_similarity");
   // Each norm clamped at eps on its own, as PyTorch 1.13 computes it (its doc's max(|x1| |x2|, eps)
   // differs only near zero, and there its gradients are PyTorch's).
-  auto norm = [&](const Tensor& t) {
-    Tensor squares = (t * t).sum({d});
-    return squares.maximum(squares.full_like(eps * eps)).sqrt();
-  };
-  return (a * b).sum({d}) / (norm(a) * norm(b));
+  return (a * b).sum({d}) / (p_norm(a, 2, d, false, eps) * p_norm(b, 2, d, false, eps));
 }
 
 Tensor normalize(const Tensor& x, double p, int64_t dim, double eps) {
   check_p(p, "normalize");
   int64_t d = detail::normalize_axis(dim, x.ndim(), "normalize");
-  Tensor n;
-  if (std::isinf(p)) {
-    n = p_norm(x, p, d, true);
-    n = n.maximum(n.full_like(eps));
-  } else {
-    Tensor powers = p == 2 ? (x * x).sum({d}, true) : p == 1 ? x.abs().sum({d}, true) : x.abs().pow(p).sum({d}, true);
-    powers = powers.maximum(powers.full_like(std::pow(eps, p)));
-    n = p == 2 ? powers.sqrt() : p == 1 ? powers : powers.pow(1.0 / p);
-  }
-  return x / n.expand(x.shape());
+  return x / p_norm(x, p, d, true, eps).expand(x.shape());
 }
 
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double eps, bool keepdim) {

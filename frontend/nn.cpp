@@ -435,29 +435,36 @@ Dropout::Dropout(double p) : p(p) {
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training()); }
 
+namespace {
+
+// x with each group of elements zeroed with probability p, the rest scaled by 1 / (1 - p), when
+// training: one draw per element of `draws`, a shape x broadcasts from.
+Tensor dropped(const Tensor& x, double p, bool training, const Shape& draws) {
+  if (!training || p == 0) return x;
+  if (p == 1) return x.zeros_like();
+  Tensor keep = Tensor::rand(draws, x.dtype(), x.device()).ge(Tensor::full(draws, p, x.dtype(), x.device())).expand(x.shape());
+  return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
+}
+
+}  // namespace
+
 Dropout2d::Dropout2d(double p) : p(p) {
   if (p < 0 || p > 1) throw Error(kiln::cat("Dropout2d: p must be in [0, 1], got ", p));
 }
 
 Tensor Dropout2d::forward(const Tensor& x) {
   if (x.ndim() != 3 && x.ndim() != 4) throw Error(kiln::cat("Dropout2d: expected (N, C, H, W) (or (N, C, L), as PyTorch 1.13 reads a 3-D input), got ", shape_str(x.shape())));
-  if (!training() || p == 0) return x;
-  if (p == 1) return x.zeros_like();
   // 4-D: one draw per (N, C) plane. 3-D: PyTorch 1.13 reads it as (N, C, L) (with a warning that
   // Dropout1d is meant), one draw per (N, C) row.
   Shape planes = x.shape();
   planes[planes.size() - 1] = 1;
   if (x.ndim() == 4) planes[2] = 1;
-  Tensor keep = Tensor::rand(planes, x.dtype(), x.device()).ge(Tensor::full(planes, p, x.dtype(), x.device())).expand(x.shape());
-  return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
+  return dropped(x, p, training(), planes);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   if (p < 0 || p > 1) throw Error(kiln::cat("dropout: p must be in [0, 1], got ", p));
-  if (!training || p == 0) return x;
-  if (p == 1) return x.zeros_like();
-  Tensor keep = Tensor::rand(x.shape(), x.dtype(), x.device()).ge(Tensor::full(x.shape(), p, x.dtype(), x.device()));
-  return keep.where(x * (1.0 / (1.0 - p)), x.zeros_like());
+  return dropped(x, p, training, x.shape());
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask, bool causal,
