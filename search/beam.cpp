@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <list>
 #include <mutex>
@@ -34,6 +35,7 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 constexpr size_t kMaxFailuresKept = 8;
 constexpr int kMaxExhaustiveDepth = 4;
+constexpr size_t kMaxSpellings = 256;  // lists canonical() lowers, at most
 
 // Watches a search for a stall: the candidates being built, timed or checked, and when the last of them
 // finished. After limit_s with none finished, it calls on_stall once, from its own thread.
@@ -118,9 +120,24 @@ struct Timed {
   double seconds = 0;
 };
 
-// Fewer opts first, then by the opts' text: how ties are broken.
+// Opts whose amount is a tile's size (lanes, unrolled steps, a workgroup's extent).
+bool tiles(OptOp op) {
+  return op == OptOp::UPCAST || op == OptOp::UNROLL || op == OptOp::LOCAL || op == OptOp::GROUP || op == OptOp::GROUPTOP;
+}
+
+// The product of a list's tile sizes (a full unroll, amount 0, counts as large).
+double tile_size(const std::vector<Opt>& opts) {
+  double size = 1;
+  for (const Opt& o : opts)
+    if (tiles(o.op)) size *= o.amount > 0 ? double(o.amount) : 1024.0;
+  return size;
+}
+
+// Fewer opts first, then the smaller tile, then by the opts' text: how ties are broken.
 bool simpler(const std::vector<Opt>& a, const std::vector<Opt>& b) {
   if (a.size() != b.size()) return a.size() < b.size();
+  double ta = tile_size(a), tb = tile_size(b);
+  if (ta != tb) return ta < tb;
   return to_string(a) < to_string(b);
 }
 bool simpler(const Timed& a, const Timed& b) { return simpler(a.opts, b.opts); }
@@ -421,8 +438,8 @@ class Engine {
         if (checks++ == options_.max_checks) break;
         if (!matches(*t)) continue;
       }
-      if (options_.confirm_runs > 0) t = shorten(t, all);
-      result_.opts = t->opts;
+      if (options_.confirm_runs > 0) t = simplify(t, all);
+      result_.opts = canonical(*t);
       result_.best_seconds = t->seconds;
       result_.improved = true;
       return;
@@ -440,31 +457,153 @@ class Engine {
     result_.check_s += seconds_since(start);
     if (!mismatch) return true;
     ++result_.mismatched;
+    wrong_.insert(hash_string(t.built.source));
     keep_failure(cat(to_string(t.opts), ": output differs from the default kernel's: ", *mismatch));
     return false;
   }
 
-  // The winner's shortest prefix (its list less the last few opts: a list the beam grew it from) that
-  // runs within min_gain of it, timed side by side, and beats the default by min_gain again (retest),
-  // else the winner: a plateau's lists are ties, and which end of it a beam reached was the noise's
-  // choice (a small conv's main kernel won with and without a trailing SWAP in fresh searches).
-  Timed* shorten(Timed* winner, std::vector<Timed>& all) {
-    for (size_t n = 1; n < winner->opts.size(); ++n) {
-      std::vector<Opt> prefix(winner->opts.begin(), winner->opts.begin() + std::ptrdiff_t(n));
-      if (prefix == default_.opts) continue;
-      auto found = std::find_if(all.begin(), all.end(), [&](const Timed& t) { return t.opts == prefix && t.built.artifact; });
-      if (found == all.end() || found->built.source == default_.built.source) continue;
+  // The lists one step simpler than `opts`: one opt dropped, or one tile amount halved.
+  static std::vector<std::vector<Opt>> simpler_steps(const std::vector<Opt>& opts) {
+    std::vector<std::vector<Opt>> out;
+    for (size_t i = 0; i < opts.size(); ++i) {
+      std::vector<Opt> dropped = opts;
+      dropped.erase(dropped.begin() + std::ptrdiff_t(i));
+      out.push_back(std::move(dropped));
+      if (tiles(opts[i].op) && opts[i].amount >= 4 && opts[i].amount % 2 == 0) {
+        std::vector<Opt> halved = opts;
+        halved[i].amount /= 2;
+        out.push_back(std::move(halved));
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return simpler(a, b); });
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+  // The candidates for `lists` with their loaded kernels, each one this search built (by its list, or
+  // by its source under another spelling) or built now, in parallel; nullptr where a list does not
+  // apply, failed before or fails to build. The result is in the order of `lists`.
+  std::vector<Timed*> built(const std::vector<std::vector<Opt>>& lists, std::vector<Timed>& all) {
+    std::vector<Timed*> out(lists.size(), nullptr);
+    std::vector<size_t> fresh;  // lists to build now
+    for (size_t i = 0; i < lists.size(); ++i) {
+      auto known = [&](Timed& t) { return t.opts == lists[i]; };
+      if (auto e = std::find_if(extra_.begin(), extra_.end(), known); e != extra_.end()) out[i] = e->built.artifact ? &*e : nullptr;
+      else if (auto a = std::find_if(all.begin(), all.end(), known); a != all.end()) out[i] = a->built.artifact ? &*a : nullptr;
+      else if (tried_.insert(to_string(lists[i])).second) fresh.push_back(i);  // else rejected, failed or over a limit
+    }
+    std::vector<BuildResult> results(fresh.size());
+    std::vector<std::string> failure(fresh.size());
+    default_pool().parallel_for(0, int64_t(fresh.size()), [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) {
+        try {
+          Watchdog::Guard watched = watchdog_.watch(cat("building [", to_string(lists[fresh[size_t(k)]]), "]"));
+          results[size_t(k)] = hooks_.build(lists[fresh[size_t(k)]]);
+        } catch (const std::exception& e) {
+          failure[size_t(k)] = e.what();
+        }
+      }
+    }, /*grain=*/1);
+    for (size_t k = 0; k < fresh.size(); ++k) {
+      const std::vector<Opt>& opts = lists[fresh[k]];
+      std::optional<Built>& b = results[k].built;
+      if (!failure[k].empty()) fail(opts, "build", failure[k]);
+      if (!b) continue;
+      Timed* same = nullptr;  // a kernel of this source built before, under another spelling
+      auto of_source = [&](Timed& t) { return t.built.artifact && t.built.source == b->source; };
+      if (auto e = std::find_if(extra_.begin(), extra_.end(), of_source); e != extra_.end()) same = &*e;
+      else if (auto a = std::find_if(all.begin(), all.end(), of_source); a != all.end()) same = &*a;
+      if (same || !b->artifact) {
+        out[fresh[k]] = same;
+        continue;
+      }
+      extra_.push_back({opts, std::move(*b), 0});
+      out[fresh[k]] = &extra_.back();
+    }
+    return out;
+  }
+
+  // Simplification (beam.h): the simplest list one step simpler than the current pick that runs within
+  // min_gain of the search's pick side by side (always against that one, so steps cannot add up to a
+  // slower kernel) and is a tie there, the faster in one round at least (a copy's 8x8 tile was slower
+  // than its 16x8 by 5-6% in every round: not a tie, though at the edge of min_gain), beats the default
+  // by min_gain again (retest) and computes the same output, replaces it, until none does. A plateau's
+  // lists are ties, and which end of it the beam reached was the noise's choice: fresh searches of a
+  // small conv's main kernel won with and without a trailing SWAP.
+  Timed* simplify(Timed* winner, std::vector<Timed>& all) {
+    Timed* picked = winner;
+    for (bool moved = true; moved;) {
+      moved = false;
+      std::vector<std::vector<Opt>> lists = simpler_steps(winner->opts);
+      std::erase(lists, default_.opts);
+      std::vector<Timed*> steps;  // simplest first
+      for (Timed* t : built(lists, all))
+        if (t && t != winner && t != picked && t->built.source != default_.built.source &&
+            !wrong_.count(hash_string(t->built.source)) && std::find(steps.begin(), steps.end(), t) == steps.end())
+          steps.push_back(t);
+      if (steps.empty()) break;
       std::vector<double> base;
       auto start = Clock::now();
-      Paired p = time_paired({&*found}, base, hooks_.time, options_.confirm_runs, winner)[0];
+      std::vector<Paired> paired = time_paired(steps, base, hooks_.time, options_.confirm_runs, picked);
       result_.timing_s += seconds_since(start);
-      if (p.failed || p.median > 1 + options_.min_gain) continue;
-      found->seconds = winner->seconds * p.median;  // its time beside the winner's (retest may time it whole)
-      if (!retest(&*found)) continue;
-      if (options_.check && !matches(*found)) continue;
-      return &*found;
+      for (size_t i = 0; i < steps.size() && !moved; ++i) {
+        if (paired[i].failed || paired[i].median > 1 + options_.min_gain || paired[i].wins == 0) continue;
+        steps[i]->seconds = picked->seconds * paired[i].median;  // beside the pick (retest may time it whole)
+        if (!retest(steps[i])) continue;
+        if (options_.check && !matches(*steps[i])) continue;
+        winner = steps[i];
+        moved = true;
+      }
     }
     return winner;
+  }
+
+  // The simplest spelling of the winner's kernel (SearchHooks::source): its lists reachable by swapping
+  // two neighbouring opts or merging two neighbouring tiles of one axis (UPCAST(0,4) UPCAST(0,2) ->
+  // UPCAST(0,8)) that lower to the same source, at most kMaxSpellings of them.
+  std::vector<Opt> canonical(const Timed& winner) {
+    if (!hooks_.source) return winner.opts;
+    std::vector<Opt> best = winner.opts;
+    std::set<std::string> seen{to_string(best)};
+    std::vector<std::vector<Opt>> frontier{best};
+    size_t budget = kMaxSpellings;
+    while (!frontier.empty() && budget > 0) {
+      std::vector<std::vector<Opt>> next;
+      auto offer = [&](std::vector<Opt> opts) {
+        if (next.size() < budget && seen.insert(to_string(opts)).second) next.push_back(std::move(opts));
+      };
+      for (const std::vector<Opt>& opts : frontier)
+        for (size_t i = 0; i + 1 < opts.size(); ++i) {
+          std::vector<Opt> swapped = opts;
+          std::swap(swapped[i], swapped[i + 1]);
+          offer(std::move(swapped));
+          const Opt &a = opts[i], &b = opts[i + 1];
+          if (a.op == b.op && a.axis == b.axis && tiles(a.op) && a.amount > 0 && b.amount > 0) {
+            std::vector<Opt> merged = opts;
+            merged[i].amount *= b.amount;
+            merged.erase(merged.begin() + std::ptrdiff_t(i + 1));
+            offer(std::move(merged));
+          }
+        }
+      budget -= next.size();
+      std::vector<char> same(next.size(), 0);
+      default_pool().parallel_for(0, int64_t(next.size()), [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          try {
+            std::optional<std::string> source = hooks_.source(next[size_t(i)]);
+            same[size_t(i)] = source && *source == winner.built.source;
+          } catch (const std::exception&) {  // not a spelling of this kernel
+          }
+        }
+      }, /*grain=*/1);
+      frontier.clear();
+      for (size_t i = 0; i < next.size(); ++i) {
+        if (!same[i]) continue;
+        if (simpler(next[i], best)) best = next[i];
+        frontier.push_back(std::move(next[i]));
+      }
+    }
+    return best;
   }
 
   // One contender against the default, over confirm_runs rounds of timing both.
@@ -589,6 +728,8 @@ class Engine {
   std::string default_rejected_;         // why the default opts did not apply, if they did not
   std::unordered_set<uint64_t> seen_sources_;
   std::unordered_map<uint64_t, std::vector<Opt>> spelling_;  // source hash -> the simplest list that built it
+  std::unordered_set<uint64_t> wrong_;  // sources whose output did not match
+  std::deque<Timed> extra_;  // lists simplify() built (not in the search's own candidates)
   Watchdog watchdog_;  // last: its thread stops before the rest goes
 };
 

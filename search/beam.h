@@ -21,9 +21,12 @@
 // The few fastest that beat the default are then timed again beside it, round-robin (confirm_runs), and
 // each is judged by the median over rounds of its time over the default's in the same round (paired, so
 // the machine's drift between minutes cancels); within min_gain of the fastest, fewer opts win, and the
-// one picked must beat the default by min_gain again in fresh rounds; its shortest prefix that runs
-// within min_gain of it side by side (and beats the default again) is picked instead. Lists that lower
-// to one source are one candidate, named by the simplest of them.
+// one picked must beat the default by min_gain again in fresh rounds. Then it is simplified: the simplest
+// of its one-step-simpler lists (one opt dropped, one tile amount halved) that runs within min_gain of
+// it side by side, faster in one round at least, and beats the default again takes its place, step by
+// step, so a plateau of near-equal
+// kernels ends at the same simple list whichever end of it the beam reached. Lists that lower to one
+// source are one candidate, named by the simplest of them (fewer opts, then a smaller tile, then text).
 // Before the winner is accepted, its output is compared with the plain kernel's (no opts; search_kernel
 // uses the default kernel past 2^26 loop iterations) on the same random inputs (search/verify.h, as `kiln cache verify` does); a winner that does not match is rejected
 // and the next fastest is checked.
@@ -140,6 +143,11 @@ struct SearchHooks {
   // a part's smaller working set misjudges a memory-bound kernel, and the whole launches' minimums,
   // compared unpaired, let the machine's drift between minutes pick a list.
   std::function<double(const Built& built)> time_whole;
+  // Optional: the source a list lowers to, without compiling (nullopt: the opts do not apply). The
+  // winner is then named by the simplest list of the same source among its reorderings and merges
+  // (UPCAST(0,4) UNROLL(1,8) UPCAST(0,2) is UPCAST(0,8) UNROLL(1,8)), not by whichever spelling this
+  // search happened to meet: fresh searches of one kernel reported the same kernel under three names.
+  std::function<std::optional<std::string>(std::span<const Opt> opts)> source;
   // nullopt when the candidate's output matches the plain kernel's on the same inputs, else what differs.
   std::function<std::optional<std::string>(const Built& candidate)> check;
   std::function<void(const SearchProgress&)> progress;  // optional: after each candidate is timed

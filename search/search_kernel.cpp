@@ -119,6 +119,11 @@ class DeviceSearch {
     hooks.actions = [&](std::span<const Opt> applied) { return action_space(ast_, device_.spec(), applied); };
     hooks.build = [&](std::span<const Opt> opts) { return build(opts, true); };
     hooks.time = [&](const Built& b) { return time(compiled(b), shrink_); };
+    hooks.source = [&](std::span<const Opt> opts) -> std::optional<std::string> {
+      Lowering lowering = lower_with_opts(ast_, device_.spec(), opts);
+      if (!lowering.kernel) return std::nullopt;
+      return std::move(lowering.kernel->source);
+    };
     hooks.check = [&](const Built& candidate) { return check(compiled(candidate)); };
     hooks.progress = progress;
     hooks.kernel = detail::kernel_name(ast_);

@@ -36,6 +36,7 @@ struct FakeWorld {
   std::set<std::string> fail_build, fail_launch, wrong_output;
   std::map<std::string, std::string> same_source;
   bool skip_duplicate_builds = false;  // build returns no artifact for a list in same_source, as search_kernel does
+  bool lowers = false;                 // hooks.source is set (a list's source, as for build)
   std::vector<Opt> default_opts;
 
   std::mutex mu;
@@ -59,6 +60,12 @@ struct FakeWorld {
       if (alias != same_source.end() && skip_duplicate_builds) return {Built{source, nullptr}, ""};
       return {Built{source, std::make_shared<std::string>(text)}, ""};
     };
+    if (lowers)
+      h.source = [this](std::span<const Opt> opts) -> std::optional<std::string> {
+        std::string text = to_string(opts);
+        auto alias = same_source.find(text);
+        return alias == same_source.end() ? text : alias->second;
+      };
     h.time = [this](const Built& b) {
       const std::string& text = *static_cast<std::string*>(b.artifact.get());
       {
@@ -194,8 +201,8 @@ TEST_CASE("search: equal times break the same way whatever order the actions com
     w.times = {{"", 8.0}, {"UPCAST(0,2)", 3.0}, {"UPCAST(0,4)", 3.0}, {"UNROLL(1,4)", 3.0}};
     SearchResult r = beam_search(w.hooks(), options(1));
     INFO("actions reversed: " << reversed << ", winner " << to_string(r.opts));
-    // Fewer opts first, then the opts' text: "UNROLL(1,4)" < "UPCAST(0,2)" < "UPCAST(0,4)".
-    CHECK(to_string(r.opts) == "UNROLL(1,4)");
+    // Fewer opts first, then the smaller tile (UPCAST(0,2)), then the opts' text.
+    CHECK(to_string(r.opts) == "UPCAST(0,2)");
   }
 }
 
@@ -522,7 +529,8 @@ TEST_CASE("search: the contenders are timed again beside the default, so one tim
   CHECK(to_string(r.opts) == "UPCAST(0,4)");
   CHECK(r.best_seconds == 4.0);
   CHECK(r.default_seconds == 8.0);
-  CHECK(w.launches["UPCAST(0,2)"] == 3 + 5);  // its search runs, then confirm_runs more
+  // Its search runs, confirm_runs more, and five beside the pick (one step simpler: simplify tries it).
+  CHECK(w.launches["UPCAST(0,2)"] == 3 + 5 + 5);
   // Without the confirmation the search's own timings decide.
   FakeWorld unconfirmed;
   unconfirmed.actions = w.actions;
@@ -538,6 +546,7 @@ TEST_CASE("search: a contender is judged by its time over the default's in the s
   // default's time in each round it shares with it, though its best (10) is above the default's best (8).
   FakeWorld drift;
   drift.actions = {up(0, 4)};
+  drift.slow = 100;  // UPCAST(0,2), which simplify tries, is no tie
   // Then the retest: five more rounds, the machine slow in three.
   drift.sequence = {{"", {8, 8, 8, 20, 20, 8, 20, 20, 20, 8, 20, 8, 20}},
                     {"UPCAST(0,4)", {4, 4, 4, 10, 10, 10, 10, 10, 10, 4, 10, 4, 10}}};
@@ -562,7 +571,8 @@ TEST_CASE("search: the confirmed winner must beat the default again in fresh rou
     w.actions = {up(0, 4)};
     w.sequence = {{"", {10}}, {"UPCAST(0,4)", {7, 7, 7, 7, 7, 7, 7, 7, retest}}};
     SearchResult r = beam_search(w.hooks(), options());
-    CHECK(w.launches["UPCAST(0,4)"] == 3 + 5 + 5);
+    // Search, confirm, retest; picked, five more beside UPCAST(0,2) (simplify's step, slower).
+    CHECK(w.launches["UPCAST(0,4)"] == 3 + 5 + 5 + (retest < 10 ? 5 : 0));
     CHECK(to_string(r.opts) == (retest < 10 ? "UPCAST(0,4)" : ""));
     CHECK(r.improved == (retest < 10));
   }
@@ -592,16 +602,16 @@ TEST_CASE("search: with parts of launches timed, the retest times whole ones", "
   }
 }
 
-TEST_CASE("search: the winner's shortest prefix within min_gain of it, side by side, wins instead", "[search]") {
+TEST_CASE("search: the winner's prefix within min_gain of it, side by side, wins instead", "[search]") {
   // UPCAST(0,4) UNROLL(1,4) wins (6.0 s); its prefix UPCAST(0,4) timed 6.5 in search (not a tie, and
-  // with one contender not confirmed), then 6.1 beside the winner: within 5%, and 39% under the default
+  // with one contender not confirmed), then 6.1 beside the winner (faster in one round): within 5%, and 39% under the default
   // again, so the shorter list wins. Still 6.5 beside it, the winner stays.
   for (double later : {6.1, 6.5}) {
     CAPTURE(later);
     FakeWorld w;
     w.actions = {up(0, 4), un(1, 4)};
     w.times = {{"", 10.0}, {"UPCAST(0,4) UNROLL(1,4)", 6.0}};
-    w.sequence = {{"UPCAST(0,4)", {6.5, 6.5, 6.5, later}}};
+    w.sequence = {{"UPCAST(0,4)", {6.5, 6.5, 6.5, later, 5.9, later}}};  // beside the winner: a tie in the noise, or slower
     SearchOptions o = options();
     o.max_contenders = 1;
     SearchResult r = beam_search(w.hooks(), o);
@@ -626,7 +636,7 @@ TEST_CASE("search: a kernel goes by the simplest list that made its source", "[s
   SearchResult r = beam_search(h, options());
   CHECK(r.duplicates == 1);
   CHECK(w.launches.count("UNROLL(1,4)") == 0);
-  CHECK(w.launches["UPCAST(0,4)"] == 3 + 5 + 5);
+  CHECK(w.launches["UPCAST(0,4)"] == 3 + 5 + 5 + 5);  // search, confirm, retest, beside simplify's UPCAST(0,2)
   CHECK(to_string(r.opts) == "UNROLL(1,4)");
   CHECK(r.best_seconds == 4.0);
 }
@@ -640,5 +650,57 @@ TEST_CASE("search: contenders within min_gain of the fastest are ties, and the o
     // 3.05 is within 3% of 3.0: a tie, and one opt beats two. 3.2 is not.
     CHECK(to_string(r.opts) == (one_opt < 3.09 ? "UPCAST(0,2)" : "UPCAST(0,4) UNROLL(1,4)"));
     CHECK(r.best_seconds == (one_opt < 3.09 ? one_opt : 3.0));
+  }
+}
+
+TEST_CASE("search: the pick steps down to its simplest list within min_gain of it, never further", "[search]") {
+  // A plateau: UPCAST(0,4) UNROLL(1,4) wins (5.0); one step simpler, UPCAST(0,4) UNROLL(1,2) runs 5.15
+  // (faster in one round: a tie inside the noise) and UPCAST(0,4) alone 7.0; a step further, UPCAST(0,2)
+  // UNROLL(1,2) runs `far` (a tie too) and UPCAST(0,4) UNROLL(1,2)'s other steps are slow. At 5.2 (4%
+  // over the pick) the pick ends there, whichever end of the plateau the beam reached; at 5.3 (6% over
+  // the pick, though 3% over the step before it) it stays one step down: every step is judged against
+  // the search's pick, so steps cannot add up.
+  for (double far : {5.2, 5.3}) {
+    CAPTURE(far);
+    FakeWorld w;
+    w.actions = {up(0, 4), un(1, 4)};
+    w.times = {{"", 10.0}, {"UPCAST(0,4)", 7.0}, {"UNROLL(1,4)", 9.0}, {"UPCAST(0,4) UNROLL(1,4)", 5.0}};
+    w.sequence = {{"UPCAST(0,4) UNROLL(1,2)", {5.15, 4.9, 5.15}}, {"UPCAST(0,2) UNROLL(1,2)", {far, 4.9, far}}};
+    SearchResult r = beam_search(w.hooks(), options());
+    CHECK(to_string(r.opts) == (far < 5.25 ? "UPCAST(0,2) UNROLL(1,2)" : "UPCAST(0,4) UNROLL(1,2)"));
+    CHECK(r.best_seconds == Approx(far < 5.25 ? far : 5.15));
+    CHECK(r.improved);
+  }
+  // A step slower in every round, though within min_gain, is another kernel, not a tie: not taken. Nor
+  // is a tie whose output is wrong.
+  for (bool tie : {false, true}) {
+    CAPTURE(tie);
+    FakeWorld w;
+    w.actions = {up(0, 4), un(1, 4)};
+    w.times = {{"", 10.0}, {"UPCAST(0,4)", 7.0}, {"UPCAST(0,4) UNROLL(1,4)", 5.0}};
+    w.sequence = {{"UPCAST(0,4) UNROLL(1,2)", tie ? std::vector<double>{5.1, 4.9, 5.1} : std::vector<double>{5.1}}};
+    if (tie) w.wrong_output = {"UPCAST(0,4) UNROLL(1,2)"};
+    CHECK(to_string(beam_search(w.hooks(), options()).opts) == "UPCAST(0,4) UNROLL(1,4)");
+    CHECK(w.checked.front() == "UPCAST(0,4) UNROLL(1,4)");  // the pick was checked; the step only if a tie
+    CHECK((std::count(w.checked.begin(), w.checked.end(), "UPCAST(0,4) UNROLL(1,2)") == 1) == tie);
+  }
+}
+
+TEST_CASE("search: the winner is named by the simplest reordering or merge of its opts with the same source", "[search]") {
+  // The beam reaches UPCAST(0,4) UNROLL(1,4) UPCAST(0,2); swapping its last two opts and merging the
+  // upcasts lowers to the same source (UPCAST(0,8) UNROLL(1,4)), and so does UNROLL(1,4) UPCAST(0,8),
+  // simplest by text. UNROLL(1,4) UPCAST(0,4) UPCAST(0,2) is another kernel. Without hooks.source the
+  // name stays the one search met.
+  for (bool lowers : {true, false}) {
+    CAPTURE(lowers);
+    FakeWorld w;
+    w.lowers = lowers;
+    w.actions = {up(0, 4), un(1, 4), up(0, 2)};
+    const std::string met = "UPCAST(0,4) UNROLL(1,4) UPCAST(0,2)";
+    w.times = {{"", 10.0}, {"UPCAST(0,4)", 8.0}, {"UPCAST(0,4) UNROLL(1,4)", 6.0}, {met, 4.0}};
+    w.same_source = {{"UPCAST(0,4) UPCAST(0,2) UNROLL(1,4)", met}, {"UPCAST(0,8) UNROLL(1,4)", met}, {"UNROLL(1,4) UPCAST(0,8)", met}};
+    SearchResult r = beam_search(w.hooks(), options(1));
+    CHECK(to_string(r.opts) == (lowers ? "UNROLL(1,4) UPCAST(0,8)" : met));
+    CHECK(r.best_seconds == 4.0);
   }
 }
