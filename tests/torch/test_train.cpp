@@ -5,6 +5,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 
@@ -219,6 +220,34 @@ TEST_CASE("torch train: RMSprop and Adagrad follow libtorch's with every option"
           return std::make_unique<torch::optim::Adagrad>(
               p, AdagradOptions(o.lr).lr_decay(o.lr_decay).weight_decay(o.wd).initial_accumulator_value(o.init).eps(o.eps));
         });
+}
+
+// amsgrad: both take the running maximum of the raw second moment (PyTorch 1.13's Python code does too;
+// its docs' algorithm box takes that of the bias-corrected one). With beta2 0.9 the second moment falls
+// within these steps, so the maximum binds; 10 steps.
+TEST_CASE("torch train: Adam and AdamW with amsgrad follow libtorch's", "[torch][train]") {
+  using torch::optim::AdamOptions, torch::optim::AdamWOptions;
+  struct Ams {
+    double lr, beta1, beta2, eps, wd;
+  };
+  for (const Ams& o : {Ams{1e-2, 0.9, 0.999, 1e-8, 0}, Ams{5e-2, 0.9, 0.9, 1e-8, 0.1}, Ams{2e-2, 0.8, 0.9, 1e-6, 0}}) {
+    follow(
+        cat("Adam amsgrad lr ", o.lr, " betas ", o.beta1, ", ", o.beta2, " eps ", o.eps, " weight_decay ", o.wd),
+        [&](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, o.lr, o.beta1, o.beta2, o.eps, o.wd, false, true); },
+        [&](std::vector<at::Tensor> p) {
+          return std::make_unique<torch::optim::Adam>(
+              p, AdamOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.wd).amsgrad(true));
+        },
+        10);
+    follow(
+        cat("AdamW amsgrad lr ", o.lr, " betas ", o.beta1, ", ", o.beta2, " eps ", o.eps, " weight_decay ", o.wd + 0.01),
+        [&](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, o.lr, o.beta1, o.beta2, o.eps, o.wd + 0.01, true); },
+        [&](std::vector<at::Tensor> p) {
+          return std::make_unique<torch::optim::AdamW>(
+              p, AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.wd + 0.01).amsgrad(true));
+        },
+        10);
+  }
 }
 
 }  // namespace
