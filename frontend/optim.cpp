@@ -347,6 +347,7 @@ void LRScheduler::step() {
 }
 
 void LRScheduler::set_count(int64_t count) {
+  if (count < 0) throw Error(kiln::cat("LRScheduler::set_count: ", count, " steps; a resumed schedule has taken 0 or more"));
   count_ = count;
   opt_.lr = lr_at(count_);
 }
@@ -416,6 +417,7 @@ double ConstantLR::lr_at(int64_t step) const { return step < total_iters ? base_
 
 PolynomialLR::PolynomialLR(Optimizer& opt, int64_t total_iters, double power) : LRScheduler(opt), total_iters(total_iters), power(power) {
   if (total_iters <= 0) throw Error(kiln::cat("PolynomialLR: total_iters must be positive, got ", total_iters));
+  if (!std::isfinite(power)) throw Error(kiln::cat("PolynomialLR: power must be a finite number, got ", power));
 }
 double PolynomialLR::lr_at(int64_t step) const {
   double done = static_cast<double>(std::min(step, total_iters)) / static_cast<double>(total_iters);
