@@ -36,6 +36,9 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 constexpr size_t kMaxFailuresKept = 8;
 constexpr int kMaxExhaustiveDepth = 4;
 constexpr size_t kMaxSpellings = 256;  // lists canonical() lowers, at most
+// Side by side, lists within this fraction of min_gain of each other are ties even when one was the faster
+// in every round: a difference that small (1% at the default 5%) is not worth an opt.
+constexpr double kAlwaysTie = 0.2;
 
 // Watches a search for a stall: the candidates being built, timed or checked, and when the last of them
 // finished. After limit_s with none finished, it calls on_stall once, from its own thread.
@@ -402,9 +405,10 @@ class Engine {
   // default. The contenders (up to max_contenders that beat the default in search) are first timed again
   // beside the default, round-robin (confirm_runs rounds, each keeping its minimum of these runs), so all of
   // them are measured in the same minutes of a noisy machine: one timed in a quiet moment no longer beats
-  // one timed in a busy one. Then, within min_gain of the fastest, fewer opts (then the opts' text) win:
-  // those are ties inside the noise, and ties broken by noise made each fresh search pick another list.
-  // The one picked is timed against the default once more (retest) and checked before it wins.
+  // one timed in a busy one. Then, of the fastest and the lists within min_gain of it that were the faster
+  // in a round at least, the simplest wins (confirm): those are ties inside the noise, and ties broken by
+  // noise made each fresh search pick another list. The one picked is timed against the default once
+  // more (retest), checked, and simplified (simplify) before it wins.
   void settle(std::vector<Timed> all) {
     std::sort(all.begin(), all.end(), faster);
     result_.opts = default_.opts;
@@ -419,11 +423,18 @@ class Engine {
       if (t.built.source == default_.built.source || !t.built.artifact) continue;
       faster_than_default.push_back(&t);
     }
+    // The fastest half of them by search's times, then the simplest of the ties: with only the simplest
+    // ties, a plateau of many near-equal lists filled the places, and the fastest, 5% ahead of them side
+    // by side, was never confirmed (a copy's 16x8 tile against its 8x8 ones).
+    std::vector<Timed*> by_time = faster_than_default;  // `all` was sorted fastest first
     rank(faster_than_default, options_.min_gain, [](const Timed* t) -> const Timed& { return *t; });
+    const size_t places = size_t(std::max(options_.max_contenders, 1));
+    if (options_.confirm_runs > 0)
+      for (size_t i = 0; i < by_time.size() && contenders.size() < (places + 1) / 2; ++i) contenders.push_back(by_time[i]);
     for (Timed* t : faster_than_default) {
       if (options_.confirm_runs == 0 && t->seconds >= default_.seconds * (1 - options_.min_gain)) continue;
-      if (options_.confirm_runs > 0 && contenders.size() == size_t(std::max(options_.max_contenders, 1))) break;
-      contenders.push_back(t);
+      if (options_.confirm_runs > 0 && contenders.size() == places) break;
+      if (std::find(contenders.begin(), contenders.end(), t) == contenders.end()) contenders.push_back(t);
     }
     if (options_.confirm_runs > 0 && !contenders.empty()) confirm(contenders);
     int checks = 0;
@@ -547,7 +558,8 @@ class Engine {
       std::vector<Paired> paired = time_paired(steps, base, hooks_.time, options_.confirm_runs, picked);
       result_.timing_s += seconds_since(start);
       for (size_t i = 0; i < steps.size() && !moved; ++i) {
-        if (paired[i].failed || paired[i].median > 1 + options_.min_gain || paired[i].wins == 0) continue;
+        if (paired[i].failed || paired[i].median > 1 + options_.min_gain) continue;
+        if (paired[i].wins == 0 && paired[i].median > 1 + options_.min_gain * kAlwaysTie) continue;
         steps[i]->seconds = picked->seconds * paired[i].median;  // beside the pick (retest may time it whole)
         if (!retest(steps[i])) continue;
         if (options_.check && !matches(*steps[i])) continue;
@@ -622,7 +634,8 @@ class Engine {
   // minimum let a contender that met a fast moment beat an equal default (a memory-bound elementwise
   // kernel: four fresh searches, four winners). `base`: the default's times.
   std::vector<Paired> time_paired(const std::vector<Timed*>& contenders, std::vector<double>& base,
-                                  const std::function<double(const Built&)>& time, int runs, Timed* against = nullptr) {
+                                  const std::function<double(const Built&)>& time, int runs, Timed* against = nullptr,
+                                  std::vector<std::vector<double>>* times = nullptr) {
     std::vector<Timed*> timed = contenders;
     timed.push_back(against ? against : &default_);
     std::vector<std::vector<double>> rounds(timed.size());  // each one's time in each round
@@ -643,6 +656,7 @@ class Engine {
         }
       }
     base = rounds.back();
+    if (times) *times = rounds;
     for (size_t i = 0; i < out.size(); ++i) {
       if (out[i].failed) continue;
       std::vector<double> ratios;
@@ -661,18 +675,39 @@ class Engine {
   void confirm(std::vector<Timed*>& contenders) {
     auto start = Clock::now();
     std::vector<double> base;
-    std::vector<Paired> paired = time_paired(contenders, base, hooks_.time, options_.confirm_runs);
+    std::vector<std::vector<double>> times;
+    std::vector<Paired> paired = time_paired(contenders, base, hooks_.time, options_.confirm_runs, nullptr, &times);
     default_.seconds = *std::min_element(base.begin(), base.end());
-    std::vector<Timed*> kept;
+    std::vector<size_t> kept;
     for (size_t i = 0; i < contenders.size(); ++i) {
       if (paired[i].failed) continue;
       contenders[i]->seconds = paired[i].consistently_faster() ? default_.seconds * paired[i].median : default_.seconds;
-      kept.push_back(contenders[i]);
+      kept.push_back(i);
     }
     result_.default_seconds = default_.seconds;
     result_.best_seconds = default_.seconds;
-    rank(kept, options_.min_gain, [](const Timed* t) -> const Timed& { return *t; });
-    contenders = std::move(kept);
+    // Fastest first; then the ties of the fastest go simplest first: those within min_gain of it that
+    // were the faster of the two in one round at least. One slower in every round is another kernel,
+    // however close: at a fixed 5% band, a copy's 8x8 tile (5-6% behind its 16x8 in every round) won or
+    // lost by the minute.
+    std::sort(kept.begin(), kept.end(), [&](size_t a, size_t b) { return faster(*contenders[a], *contenders[b]); });
+    std::vector<Timed*> ordered;
+    if (!kept.empty()) {
+      const size_t fastest = kept.front();
+      auto ties = [&](size_t i) {
+        if (i == fastest) return true;
+        double ratio = contenders[i]->seconds / contenders[fastest]->seconds;
+        if (ratio > 1 + options_.min_gain) return false;
+        if (ratio <= 1 + options_.min_gain * kAlwaysTie) return true;
+        for (size_t r = 0; r < times[i].size() && r < times[fastest].size(); ++r)
+          if (times[i][r] < times[fastest][r]) return true;
+        return false;
+      };
+      auto tier_end = std::stable_partition(kept.begin(), kept.end(), ties);
+      std::stable_sort(kept.begin(), tier_end, [&](size_t a, size_t b) { return simpler(*contenders[a], *contenders[b]); });
+    }
+    for (size_t i : kept) ordered.push_back(contenders[i]);
+    contenders = std::move(ordered);
     result_.timing_s += seconds_since(start);
   }
 

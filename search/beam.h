@@ -20,7 +20,8 @@
 // than its limit (measured when it ends: a compiler process or a CPU kernel is not interrupted).
 // The few fastest that beat the default are then timed again beside it, round-robin (confirm_runs), and
 // each is judged by the median over rounds of its time over the default's in the same round (paired, so
-// the machine's drift between minutes cancels); within min_gain of the fastest, fewer opts win, and the
+// the machine's drift between minutes cancels); of the fastest and its ties (within min_gain of it, and
+// the faster in a round at least), fewer opts win, and the
 // one picked must beat the default by min_gain again in fresh rounds. Then it is simplified: the simplest
 // of its one-step-simpler lists (one opt dropped, one tile amount halved) that runs within min_gain of
 // it side by side, faster in one round at least, and beats the default again takes its place, step by
