@@ -457,18 +457,27 @@ class Engine {
     }
   }
 
-  // Whether the candidate's output matches (hooks.check); a mismatch is kept as a failure.
+  // Whether the candidate's output matches (hooks.check); a mismatch is kept as a failure, and so is a
+  // check that could not run (a winner that cannot be checked does not win; the search goes on).
   bool matches(const Timed& t) {
     auto start = Clock::now();
     std::optional<std::string> mismatch;
-    {
+    bool ran = true;
+    try {
       Watchdog::Guard watched = watchdog_.watch(cat("checking [", to_string(t.opts), "]"));
       mismatch = hooks_.check(t.built);
+    } catch (const std::exception& e) {
+      mismatch = e.what();
+      ran = false;
     }
     result_.check_s += seconds_since(start);
     if (!mismatch) return true;
-    ++result_.mismatched;
     wrong_.insert(hash_string(t.built.source));
+    if (!ran) {
+      fail(t.opts, "output check", *mismatch);
+      return false;
+    }
+    ++result_.mismatched;
     keep_failure(cat(to_string(t.opts), ": output differs from the default kernel's: ", *mismatch));
     return false;
   }

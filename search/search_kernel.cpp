@@ -110,7 +110,9 @@ class Scratch {
 class DeviceSearch {
  public:
   DeviceSearch(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers, const SearchOptions& options)
-      : device_(device), ast_(ast), options_(options), scratch_(device, buffers) {}
+      : device_(device), ast_(ast), options_(options), scratch_(device, buffers) {
+    for (const KernelBuffer& b : buffers) elements_.push_back(b.size);
+  }
 
   SearchResult run(const std::function<void(const SearchProgress&)>& progress) {
     SearchHooks hooks;
@@ -219,7 +221,8 @@ class DeviceSearch {
       KILN_ASSERT(plain.kernel.has_value(), "every kernel lowers with no opts and with the heuristics': ", plain.rejected);
       plain_ = std::move(plain.kernel);
     }
-    OptsCheck c = compare_kernels(ast_, device_, *plain_, candidate.kernel);
+    // On the real buffers' sizes, as the kernel runs in the model (and is timed here).
+    OptsCheck c = compare_kernels(ast_, device_, *plain_, candidate.kernel, 1, size_t{1} << 30, elements_);
     if (c.outcome == OptsCheck::Outcome::Match) return std::nullopt;
     return c.detail;
   }
@@ -229,6 +232,7 @@ class DeviceSearch {
   const SearchOptions& options_;
   Scratch scratch_;
   std::optional<LoweredKernel> plain_;
+  std::vector<int64_t> elements_;  // each buffer's size
   int64_t shrink_ = 1;
   std::atomic<int64_t> lower_ns_{0}, compile_ns_{0}, launch_ns_{0};
   std::mutex sources_mu_;

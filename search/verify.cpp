@@ -187,8 +187,13 @@ OptsCheck verify_opts(const UOpPtr& original, Device& device, std::span<const Op
 }
 
 OptsCheck compare_kernels(const UOpPtr& ast, Device& device, const LoweredKernel& reference,
-                          const LoweredKernel& candidate, uint64_t seed, size_t max_buffer_bytes) {
+                          const LoweredKernel& candidate, uint64_t seed, size_t max_buffer_bytes, std::span<const int64_t> elements) {
   std::vector<Slot> slots = slots_of(ast);
+  if (!elements.empty()) {
+    if (elements.size() != slots.size())
+      throw InternalError(cat("compare_kernels: kernel ", reference.name, " has ", slots.size(), " buffers, given ", elements.size(), " sizes"));
+    for (size_t i = 0; i < slots.size(); ++i) slots[i].elements = elements[i];
+  }
   std::mt19937_64 rng(seed);
   std::vector<std::vector<uint8_t>> inputs;
   for (size_t i = 0; i < slots.size(); ++i) {

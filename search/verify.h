@@ -46,9 +46,12 @@ OptsCheck verify_opts(const UOpPtr& ast, Device& device, std::span<const Opt> op
                       size_t max_buffer_bytes = size_t{1} << 30);
 
 // What verify_opts does once both kernels are lowered: `candidate` against `reference` (lowerings of
-// one AST, or of two ASTs with the same buffers), on random inputs sized from `ast`.
+// one AST, or of two ASTs with the same buffers), on random inputs sized from `ast`, or `elements` per
+// buffer when the caller knows the real sizes (a search: a gather's index has no bound in the AST, only
+// a gate, and sized from it an embedding's table needed 2^31 elements).
 OptsCheck compare_kernels(const UOpPtr& ast, Device& device, const LoweredKernel& reference,
-                          const LoweredKernel& candidate, uint64_t seed = 1, size_t max_buffer_bytes = size_t{1} << 30);
+                          const LoweredKernel& candidate, uint64_t seed = 1, size_t max_buffer_bytes = size_t{1} << 30,
+                          std::span<const int64_t> elements = {});
 
 // Re-checks a cached winner on the device its key names (opened here by name, and only when its
 // fingerprint matches the key's), rebuilding the kernel from the entry's stored AST. Never throws for a

@@ -16,6 +16,7 @@
 #include "helpers.h"
 #include "search/beam.h"
 #include "search/tuned.h"
+#include "search/verify.h"
 #include "uop/config.h"
 
 using namespace kiln;
@@ -720,4 +721,52 @@ TEST_CASE("search: a list slower than the fastest in every round side by side is
     SearchResult r = beam_search(w.hooks(), options());
     CHECK(to_string(r.opts) == (once_faster ? "UPCAST(0,2)" : "UPCAST(0,4) UNROLL(1,4)"));
   }
+}
+
+TEST_CASE("search: a winner whose output check cannot run does not win, and the search goes on", "[search]") {
+  // UPCAST(0,4) is fastest, but its check throws (a kernel the check cannot size): it is a failure, not
+  // an error out of the search, and the next fastest, UNROLL(1,4), wins.
+  FakeWorld w;
+  w.actions = {up(0, 4), un(1, 4)};
+  w.times = {{"", 10.0}, {"UPCAST(0,4)", 4.0}, {"UNROLL(1,4)", 6.0}};
+  SearchHooks h = w.hooks();
+  auto check = h.check;
+  h.check = [&](const Built& b) -> std::optional<std::string> {
+    if (b.source == "UPCAST(0,4)") throw Error("fake: cannot size buffer 2");
+    return check(b);
+  };
+  SearchResult r = beam_search(h, options());
+  CHECK(to_string(r.opts) == "UNROLL(1,4)");
+  CHECK(r.mismatched == 0);
+  REQUIRE_FALSE(r.failures.empty());
+  CHECK_THAT(r.failures[0], Catch::Contains("[UPCAST(0,4)] output check failed: fake: cannot size buffer 2"));
+}
+
+TEST_CASE("search: a gather's kernel is checked on its real buffer sizes (its index has a gate, not a bound)", "[search]") {
+  // An embedding lookup fused into arithmetic: the table's index comes from loaded data, so the AST bounds
+  // it only by the index type; sized from the AST, the check wanted 2^31 elements and threw, which made
+  // KILN_BEAM abort a TextCNN's first step.
+  std::vector<float> tv(1000 * 64);
+  for (size_t i = 0; i < tv.size(); ++i) tv[i] = std::sin(0.01f * float(i));
+  std::vector<int32_t> iv(256);
+  for (size_t i = 0; i < iv.size(); ++i) iv[i] = int32_t((i * 37) % 1000);
+  Tensor table = Tensor::from_vector(tv, {1000, 64}, "CPU");
+  Tensor idx = Tensor::from_vector(iv, {256, 1}, "CPU");
+  Tensor out = table.gather(0, idx.expand({256, 64})) * 2.0 + 1.0;
+  Schedule s = schedule_uops({out.uop()});
+  const ScheduleItem& item = s.items.back();
+  Device& cpu = get_device("CPU");
+  Lowering plain = lower_with_opts(item.ast, cpu.spec(), {});
+  LoweredKernel tuned = lower_kernel(item.ast, cpu.spec());
+  REQUIRE(plain.kernel);
+  CHECK_THROWS_WITH(compare_kernels(item.ast, cpu, *plain.kernel, tuned), Catch::Contains("would need"));
+  std::vector<int64_t> sizes;
+  for (const KernelBuffer& b : kernel_buffers(item.bufs)) sizes.push_back(b.size);
+  OptsCheck c = compare_kernels(item.ast, cpu, *plain.kernel, tuned, 1, size_t{1} << 30, sizes);
+  CHECK(c.outcome == OptsCheck::Outcome::Match);
+  // And a search of it checks its winner without an error.
+  SearchOptions o = options(2);
+  o.max_rounds = 1;
+  SearchResult r = search_kernel(cpu, item.ast, kernel_buffers(item.bufs), o);
+  for (const std::string& f : r.failures) CHECK_THAT(f, !Catch::Contains("output check"));
 }
