@@ -227,6 +227,29 @@ Tensor Sequential::forward(const Tensor& x) {
 
 // --- layers ----------------------------------------------------------------------------------
 
+Unflatten::Unflatten(int64_t dim, std::vector<int64_t> sizes) : dim(dim), unflattened_size(std::move(sizes)) {
+  if (unflattened_size.empty()) throw Error("Unflatten: unflattened_size is empty; give the sizes the axis splits into, e.g. {C, H, W}");
+  if (std::count(unflattened_size.begin(), unflattened_size.end(), -1) > 1 ||
+      std::any_of(unflattened_size.begin(), unflattened_size.end(), [](int64_t n) { return n < -1; }))
+    throw Error(kiln::cat("Unflatten: unflattened_size ", shape_str(unflattened_size), " must hold sizes >= 0 and at most one -1 (inferred)"));
+}
+
+Tensor Unflatten::forward(const Tensor& x) {
+  if (dim < -x.ndim() || dim >= x.ndim())
+    throw Error(kiln::cat("Unflatten: dim ", dim, " is out of range for input ", shape_str(x.shape()), " (", x.ndim(), " axes)"));
+  auto axis = static_cast<size_t>(dim < 0 ? dim + x.ndim() : dim);
+  int64_t size = x.shape()[axis], known = 1;
+  for (int64_t n : unflattened_size) known *= n == -1 ? 1 : n;
+  bool infer = std::count(unflattened_size.begin(), unflattened_size.end(), -1) == 1;
+  if (infer ? (known == 0 || size % known != 0) : known != size)
+    throw Error(kiln::cat("Unflatten: unflattened_size ", shape_str(unflattened_size), " does not multiply to the size ", size, " of axis ", axis,
+                          " of input ", shape_str(x.shape())));
+  Shape out(x.shape().begin(), x.shape().begin() + static_cast<std::ptrdiff_t>(axis));
+  for (int64_t n : unflattened_size) out.push_back(n == -1 ? size / known : n);
+  out.insert(out.end(), x.shape().begin() + static_cast<std::ptrdiff_t>(axis) + 1, x.shape().end());
+  return x.reshape(out);
+}
+
 // PyTorch's default for Linear and Conv2d: kaiming_uniform(a = sqrt(5)) for the weight, which is
 // U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
 Linear::Linear(int64_t in, int64_t out, bool has_bias) {
@@ -499,13 +522,36 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t heads, bool has_bias, 
   }
 }
 
-Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const Tensor& value, std::optional<Tensor> mask, bool causal) {
+namespace {
+
+// `mask` with the key padding mask (N, S) merged in, as one mask that adds to the scores (N, H, L, S):
+// a bool padding mask blocks where true (torch.nn's convention for it), a float one adds.
+Tensor with_key_padding(const std::optional<Tensor>& mask, const Tensor& key_padding, int64_t n, int64_t s, const Tensor& like) {
+  if (key_padding.shape() != Shape{n, s})
+    throw Error(kiln::cat("MultiheadAttention: key_padding_mask ", shape_str(key_padding.shape()), " must be (N, S) = (", n, ", ", s,
+                          "): one entry per batch element and key"));
+  if (!is_bool(key_padding.dtype()) && !is_float(key_padding.dtype()))
+    throw Error(kiln::cat("MultiheadAttention: key_padding_mask is ", key_padding.dtype().name(),
+                          "; give a bool mask (true marks padding) or a float one (added to the scores)"));
+  Tensor zero = Tensor::zeros({}, like.dtype(), like.device()), blocked = zero.full_like(-std::numeric_limits<double>::infinity());
+  Tensor padding = is_bool(key_padding.dtype()) ? key_padding.where(blocked, zero) : key_padding;
+  padding = padding.reshape({n, 1, 1, s});
+  if (!mask) return padding;
+  return (is_bool(mask->dtype()) ? mask->where(zero, blocked) : *mask) + padding;
+}
+
+}  // namespace
+
+Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const Tensor& value, std::optional<Tensor> mask, bool causal,
+                                  std::optional<Tensor> key_padding_mask) {
   for (const Tensor* t : {&query, &key, &value}) {
     check_rank(*t, 3, "MultiheadAttention", batch_first ? "(N, L, E)" : "(L, N, E)");
     if (t->shape()[2] != embed_dim) throw Error(kiln::cat("MultiheadAttention: input ", shape_str(t->shape()), " must have E = ", embed_dim));
   }
   auto batch_major = [&](const Tensor& t) { return batch_first ? t : t.transpose(0, 1); };
   int64_t e = embed_dim, h = num_heads, d = e / h;
+  if (key_padding_mask)
+    mask = with_key_padding(mask, *key_padding_mask, key.shape()[batch_first ? 0 : 1], key.shape()[batch_first ? 1 : 0], query);
   auto project = [&](const Tensor& x, int64_t part) {
     Tensor w = in_proj_weight.shrink({{part * e, (part + 1) * e}, {0, e}});
     Tensor y = batch_major(x).matmul(w.transpose(0, 1));
@@ -551,8 +597,8 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
 }
 
-Tensor TransformerEncoderLayer::forward(const Tensor& src, std::optional<Tensor> mask, bool causal) {
-  auto attention = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, mask, causal)); };
+Tensor TransformerEncoderLayer::forward(const Tensor& src, std::optional<Tensor> mask, bool causal, std::optional<Tensor> src_key_padding_mask) {
+  auto attention = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, mask, causal, src_key_padding_mask)); };
   auto ff = [&](const Tensor& x) { return feed_forward(*linear1, *linear2, *dropout, *dropout2, activation, x); };
   if (norm_first) {
     Tensor x = src + attention(norm1->forward(src));
@@ -585,9 +631,14 @@ Tensor TransformerDecoderLayer::forward(const Tensor&) {
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, std::optional<Tensor> tgt_mask,
-                                        std::optional<Tensor> memory_mask, bool tgt_is_causal) {
-  auto self_block = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, tgt_mask, tgt_is_causal)); };
-  auto cross_block = [&](const Tensor& x) { return dropout2->forward(multihead_attn->attend(x, memory, memory, memory_mask)); };
+                                        std::optional<Tensor> memory_mask, bool tgt_is_causal, std::optional<Tensor> tgt_key_padding_mask,
+                                        std::optional<Tensor> memory_key_padding_mask) {
+  auto self_block = [&](const Tensor& x) {
+    return dropout1->forward(self_attn->attend(x, x, x, tgt_mask, tgt_is_causal, tgt_key_padding_mask));
+  };
+  auto cross_block = [&](const Tensor& x) {
+    return dropout2->forward(multihead_attn->attend(x, memory, memory, memory_mask, false, memory_key_padding_mask));
+  };
   auto ff = [&](const Tensor& x) { return feed_forward(*linear1, *linear2, *dropout, *dropout3, activation, x); };
   if (norm_first) {
     Tensor x = tgt + self_block(norm1->forward(tgt));

@@ -211,9 +211,22 @@ class Activation : public Module {
 };
 using ReLU = Activation<&Tensor::relu>;
 
+// torch.nn.Flatten: axes start_dim..end_dim merged into one (by default all but the batch axis).
 class Flatten : public Module {
  public:
-  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_dim, end_dim); }
+  int64_t start_dim, end_dim;
+};
+
+// torch.nn.Unflatten: axis `dim` (negative counts from the end) split into `unflattened_size`, whose
+// product must be that axis's size; one entry may be -1, inferred from the others. A view.
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, std::vector<int64_t> unflattened_size);
+  Tensor forward(const Tensor& x) override;
+  int64_t dim;
+  std::vector<int64_t> unflattened_size;
 };
 
 // The activations as modules, for Sequential models written as PyTorch's are.
@@ -390,8 +403,11 @@ class MultiheadAttention : public Module {
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool bias = true, bool batch_first = false);
   Tensor forward(const Tensor& x) override { return attend(x, x, x); }  // self-attention
   // (L, N, E) inputs, or (N, L, E) with batch_first; returns the attention output (not the weights).
+  // key_padding_mask (N, S) as torch.nn.MultiheadAttention's: bool, where true marks a padding key that
+  // no query attends to (the opposite of a bool `mask`, which keeps where true), or float, added to
+  // every query's scores for that key.
   Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value, std::optional<Tensor> mask = std::nullopt,
-                bool causal = false);
+                bool causal = false, std::optional<Tensor> key_padding_mask = std::nullopt);
   Tensor in_proj_weight;  // (3E, E)
   std::optional<Tensor> in_proj_bias;
   std::shared_ptr<Linear> out_proj;
@@ -410,7 +426,11 @@ class TransformerEncoderLayer : public Module {
                           std::string activation = "relu", double layer_norm_eps = 1e-5, bool batch_first = false, bool norm_first = false);
   Tensor forward(const Tensor& src) override { return forward(src, std::nullopt, false); }
   // mask: added to the attention scores, or bool where true keeps (see scaled_dot_product_attention).
-  Tensor forward(const Tensor& src, std::optional<Tensor> mask, bool causal = false);
+  // src_key_padding_mask (N, S): MultiheadAttention::attend's key_padding_mask (bool: true is padding).
+  Tensor forward(const Tensor& src, std::optional<Tensor> mask, bool causal = false, std::optional<Tensor> src_key_padding_mask = std::nullopt);
+  // A deep copy (PyTorch's copy.deepcopy): the same options, its own parameters holding this layer's
+  // values, the same dropout probabilities and training mode.
+  std::shared_ptr<TransformerEncoderLayer> clone() const;
   std::shared_ptr<MultiheadAttention> self_attn;
   std::shared_ptr<Linear> linear1, linear2;
   std::shared_ptr<LayerNorm> norm1, norm2;
@@ -428,8 +448,11 @@ class TransformerDecoderLayer : public Module {
   TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward = 2048, double dropout = 0.1,
                           std::string activation = "relu", double layer_norm_eps = 1e-5, bool batch_first = false, bool norm_first = false);
   Tensor forward(const Tensor&) override;  // an error: a decoder layer needs the memory too
+  // The key padding masks (N, T) and (N, S): MultiheadAttention::attend's (bool: true is padding).
   Tensor forward(const Tensor& tgt, const Tensor& memory, std::optional<Tensor> tgt_mask = std::nullopt,
-                 std::optional<Tensor> memory_mask = std::nullopt, bool tgt_is_causal = false);
+                 std::optional<Tensor> memory_mask = std::nullopt, bool tgt_is_causal = false,
+                 std::optional<Tensor> tgt_key_padding_mask = std::nullopt, std::optional<Tensor> memory_key_padding_mask = std::nullopt);
+  std::shared_ptr<TransformerDecoderLayer> clone() const;  // a deep copy, as TransformerEncoderLayer::clone
   std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
   std::shared_ptr<Linear> linear1, linear2;
   std::shared_ptr<LayerNorm> norm1, norm2, norm3;
@@ -452,6 +475,77 @@ class ModuleList : public Module {
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;
+};
+
+// --- Transformer stacks (frontend/transformer.cpp) ---------------------------------------------
+// torch.nn.TransformerEncoder, TransformerDecoder and Transformer, with PyTorch's state dict keys
+// ("layers.0.self_attn.in_proj_weight", ..., "norm.weight"; in a Transformer "encoder.layers.0...",
+// "decoder.norm.bias"), so checkpoints carry over:
+//
+//   nn::TransformerEncoderLayer layer(512, 8);
+//   nn::TransformerEncoder encoder(layer, 6, std::make_shared<nn::LayerNorm>(Shape{512}));
+//   Tensor y = encoder.forward(x, nn::Transformer::generate_square_subsequent_mask(L), padding);
+//
+// The stacks run their layers in turn with the same masks, then `norm` (none when null). Attention
+// masks are the layers': float, added to the scores; or bool, where true keeps, which is the opposite
+// of torch.nn.Transformer*'s bool masks (true blocks there), so a float mask such as
+// generate_square_subsequent_mask's means the same in both. Key padding masks are torch.nn's: bool,
+// where true marks padding; or float, added. Inputs are batched: (L, N, E), or (N, L, E) with
+// batch_first (PyTorch also takes an unbatched (L, E); add a batch axis of 1 here).
+
+// num_layers (at least 1; PyTorch would build an empty stack for 0) deep copies of `layer`
+// (TransformerEncoderLayer::clone, as PyTorch's _get_clones): each starts with layer's values and has
+// parameters of its own.
+class TransformerEncoder : public Module {
+ public:
+  TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers, std::shared_ptr<Module> norm = nullptr);
+  Tensor forward(const Tensor& src) override { return forward(src, std::nullopt); }
+  Tensor forward(const Tensor& src, std::optional<Tensor> mask, std::optional<Tensor> src_key_padding_mask = std::nullopt,
+                 bool is_causal = false);
+  TransformerEncoderLayer& layer(size_t i) const;  // the i-th copy
+  std::shared_ptr<ModuleList> layers;  // registered as "layers"
+  std::shared_ptr<Module> norm;        // registered as "norm" when given
+
+ private:
+  std::vector<std::shared_ptr<TransformerEncoderLayer>> stack_;
+};
+
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers, std::shared_ptr<Module> norm = nullptr);
+  Tensor forward(const Tensor&) override;  // an error: a decoder needs the memory too
+  Tensor forward(const Tensor& tgt, const Tensor& memory, std::optional<Tensor> tgt_mask = std::nullopt,
+                 std::optional<Tensor> memory_mask = std::nullopt, std::optional<Tensor> tgt_key_padding_mask = std::nullopt,
+                 std::optional<Tensor> memory_key_padding_mask = std::nullopt, bool tgt_is_causal = false);
+  TransformerDecoderLayer& layer(size_t i) const;
+  std::shared_ptr<ModuleList> layers;
+  std::shared_ptr<Module> norm;
+
+ private:
+  std::vector<std::shared_ptr<TransformerDecoderLayer>> stack_;
+};
+
+// torch.nn.Transformer: an encoder of num_encoder_layers layers and a decoder of num_decoder_layers,
+// each ending in a LayerNorm; every parameter of two or more dimensions is then drawn anew from
+// xavier_uniform (PyTorch's _reset_parameters). PyTorch's custom_encoder and custom_decoder are not
+// taken: build a TransformerEncoder and TransformerDecoder of your own instead.
+class Transformer : public Module {
+ public:
+  explicit Transformer(int64_t d_model = 512, int64_t nhead = 8, int64_t num_encoder_layers = 6, int64_t num_decoder_layers = 6,
+                       int64_t dim_feedforward = 2048, double dropout = 0.1, std::string activation = "relu", double layer_norm_eps = 1e-5,
+                       bool batch_first = false, bool norm_first = false);
+  Tensor forward(const Tensor&) override;  // an error: a Transformer needs the source and the target
+  // src (S, N, E), tgt (T, N, E) (batch_first: (N, S, E), (N, T, E)); the output has tgt's shape.
+  Tensor forward(const Tensor& src, const Tensor& tgt, std::optional<Tensor> src_mask = std::nullopt,
+                 std::optional<Tensor> tgt_mask = std::nullopt, std::optional<Tensor> memory_mask = std::nullopt,
+                 std::optional<Tensor> src_key_padding_mask = std::nullopt, std::optional<Tensor> tgt_key_padding_mask = std::nullopt,
+                 std::optional<Tensor> memory_key_padding_mask = std::nullopt);
+  // (sz, sz) float32: -inf above the diagonal, 0 on and below it, so position i attends to 0..i.
+  static Tensor generate_square_subsequent_mask(int64_t sz, const std::string& device = "");
+  std::shared_ptr<TransformerEncoder> encoder;
+  std::shared_ptr<TransformerDecoder> decoder;
+  int64_t d_model, nhead;
+  bool batch_first;
 };
 
 // --- recurrent layers (frontend/rnn.cpp) ------------------------------------------------------
@@ -663,6 +757,72 @@ class PixelUnshuffle : public Module {
   explicit PixelUnshuffle(int64_t downscale_factor) : downscale_factor(downscale_factor) {}
   Tensor forward(const Tensor& x) override { return pixel_unshuffle(x, downscale_factor); }
   int64_t downscale_factor;
+};
+
+// --- padding (frontend/padding.cpp) ------------------------------------------------------------
+// torch.nn.functional.pad. `pads` in PyTorch's order, from the last axis backwards: (left, right) pads
+// the last axis, (left, right, top, bottom) the last two, and so on. Negative amounts crop. Modes:
+//   "constant"   `value` (any input with at least pads.size() / 2 axes)
+//   "reflect"    the input mirrored at each edge, the edge itself not repeated: each amount must be
+//                less than the axis's size
+//   "replicate"  the edge value repeated
+//   "circular"   the input wrapped around, the other end's values: each amount at most the axis's size
+//                (after any crop of the other side, which comes first)
+// reflect, replicate and circular pad the last 1, 2 or 3 axes of an unbatched or batched input (2 amounts
+// on a 2-D or 3-D input, 4 on 3-D or 4-D, 6 on 4-D or 5-D) and take no value; reflect and replicate
+// must leave each axis at least 1 long. These rules are PyTorch 1.13's, but that 1.13 refuses an
+// unbatched input in circular mode (later versions take it). Built from slices, flips and cat, so
+// gradients are autograd's (each output's gradient added back to the element it copies).
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode = "constant", double value = 0.0);
+
+// torch.nn's padding modules: pad with a fixed mode. `padding` is one amount for every side, or
+// PyTorch's tuple: (left, right) for the 1d modules, (left, right, top, bottom) for the 2d ones.
+class Pad : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::vector<int64_t> padding;  // PyTorch's order
+  double value;                  // constant modes only
+
+ protected:
+  Pad(const char* name, const char* mode, std::vector<int64_t> padding, double value = 0.0)
+      : padding(std::move(padding)), value(value), name_(name), mode_(mode) {}
+  const char* name_;
+  const char* mode_;
+};
+class ZeroPad2d : public Pad {
+ public:
+  explicit ZeroPad2d(int64_t p) : ZeroPad2d(std::array<int64_t, 4>{p, p, p, p}) {}
+  explicit ZeroPad2d(std::array<int64_t, 4> p) : Pad("ZeroPad2d", "constant", {p.begin(), p.end()}) {}
+};
+class ConstantPad1d : public Pad {
+ public:
+  ConstantPad1d(int64_t p, double value) : ConstantPad1d(std::array<int64_t, 2>{p, p}, value) {}
+  ConstantPad1d(std::array<int64_t, 2> p, double value) : Pad("ConstantPad1d", "constant", {p.begin(), p.end()}, value) {}
+};
+class ConstantPad2d : public Pad {
+ public:
+  ConstantPad2d(int64_t p, double value) : ConstantPad2d(std::array<int64_t, 4>{p, p, p, p}, value) {}
+  ConstantPad2d(std::array<int64_t, 4> p, double value) : Pad("ConstantPad2d", "constant", {p.begin(), p.end()}, value) {}
+};
+class ReflectionPad1d : public Pad {
+ public:
+  explicit ReflectionPad1d(int64_t p) : ReflectionPad1d(std::array<int64_t, 2>{p, p}) {}
+  explicit ReflectionPad1d(std::array<int64_t, 2> p) : Pad("ReflectionPad1d", "reflect", {p.begin(), p.end()}) {}
+};
+class ReflectionPad2d : public Pad {
+ public:
+  explicit ReflectionPad2d(int64_t p) : ReflectionPad2d(std::array<int64_t, 4>{p, p, p, p}) {}
+  explicit ReflectionPad2d(std::array<int64_t, 4> p) : Pad("ReflectionPad2d", "reflect", {p.begin(), p.end()}) {}
+};
+class ReplicationPad1d : public Pad {
+ public:
+  explicit ReplicationPad1d(int64_t p) : ReplicationPad1d(std::array<int64_t, 2>{p, p}) {}
+  explicit ReplicationPad1d(std::array<int64_t, 2> p) : Pad("ReplicationPad1d", "replicate", {p.begin(), p.end()}) {}
+};
+class ReplicationPad2d : public Pad {
+ public:
+  explicit ReplicationPad2d(int64_t p) : ReplicationPad2d(std::array<int64_t, 4>{p, p, p, p}) {}
+  explicit ReplicationPad2d(std::array<int64_t, 4> p) : Pad("ReplicationPad2d", "replicate", {p.begin(), p.end()}) {}
 };
 
 }  // namespace kiln::nn

@@ -341,6 +341,16 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   return norm;
 }
 
+void clip_grad_value(const std::vector<Tensor>& params, double clip_value) {
+  if (!(clip_value >= 0))
+    throw Error(kiln::cat("clip_grad_value: clip_value must be >= 0 (gradients are clamped to [-clip_value, clip_value]), got ", clip_value));
+  for (const Tensor& p : params)
+    if (auto g = p.grad()) {
+      Tensor q = p;
+      q.set_grad(g->clamp(-clip_value, clip_value).detach());
+    }
+}
+
 void LRScheduler::step() {
   ++count_;
   opt_.lr = lr_at(count_);

@@ -172,6 +172,10 @@ class RAdam : public Optimizer {
 // Scales the gradients so their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_);
 // returns the norm before clipping (lazy: it fuses into the step).
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// Clamps each gradient to [-clip_value, clip_value] (torch.nn.utils.clip_grad_value_); parameters
+// without a gradient are skipped, NaN stays NaN. Lazy, as clip_grad_norm. A negative or NaN clip_value
+// is an error (PyTorch would set every gradient to -|clip_value|).
+void clip_grad_value(const std::vector<Tensor>& params, double clip_value);
 
 // Learning-rate schedules: step() once per optimizer step sets opt.lr for the next one.
 class LRScheduler {
