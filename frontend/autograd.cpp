@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "frontend/detail.h"
+#include "frontend/realize.h"
 #include "uop/pattern.h"
 #include "uop/rewrite.h"
 
@@ -560,9 +561,25 @@ UOpPtr detail::no_grad_wrap(UOpPtr u) {
 Tensor& Tensor::requires_grad_(bool on) {
   if (on && !is_float(dtype()))
     throw Error(kiln::cat("requires_grad_: only floating-point tensors can require gradients; this one is ", dtype().name()));
-  if (on && !state_->requires_grad) Autograd::add(state_);
+  if (on && !state_->requires_grad) {
+    if (!requires_grad()) own_memory();
+    Autograd::add(state_);
+  }
   state_->requires_grad = on;
   return *this;
+}
+
+// Autograd knows a leaf by its node, and equal graphs are one node (interned), realized once into one
+// buffer: two Tensor::zeros({n}).requires_grad_() alive at once were one leaf, and each was given the
+// sum of both gradients. A new leaf's value goes into memory of its own, unless it is already a buffer
+// no other tensor holds (a module's parameter, realized where it was made).
+void Tensor::own_memory() {
+  if (numel() == 0) return;
+  if (detail::realized_buffer(state_->uop) && state_->uop.use_count() == 1) return;
+  Tensor fresh(detail::movement(Op::RESHAPE, new_buffer(device_uop(), numel(), dtype()), shape()), shape(), device_uop());
+  fresh.assign(*this);
+  fresh.realize();
+  state_->uop = fresh.state_->uop;
 }
 
 bool Tensor::requires_grad() const {

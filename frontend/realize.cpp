@@ -495,7 +495,16 @@ void write_in_place(Schedule& s, const std::vector<UOpPtr>& targets) {
 
 }  // namespace
 
-std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& outputs, const std::vector<UOpPtr>& targets) {
+std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& given, const std::vector<UOpPtr>& targets) {
+  // An output to write into a target (Tensor::assign) whose value was realized before, in other memory,
+  // is copied in by a kernel: read from there, the target's tensor took that memory and shared it with
+  // another (a state dict loaded into two models gave both one weight, and their gradients were summed).
+  std::vector<UOpPtr> outputs = given;
+  for (size_t i = 0; i < outputs.size() && i < targets.size(); ++i)
+    if (targets[i])
+      if (UOpPtr found = find_realized(outputs[i]))
+        outputs[i] = UOp::make(Op::CONTIGUOUS, found->dtype,
+                               {UOp::make(Op::RESHAPE, found->dtype, {found}, Shape{found->arg_as<BufferArg>().size})});
   // The same computation on other data (a loop rebuilding the same graph) reuses its schedule.
   Schedule s = schedule_cache().get(outputs, new_buffer, find_realized, [&](const BufferMaker& make_buffer) {
     return create_schedule_on_big_stack(outputs, make_buffer);

@@ -310,6 +310,7 @@ class Tensor {
   static LiveUses live_uses(const std::unordered_set<const UOp*>& buffers, const std::unordered_set<const State*>& skip);
 
   Tensor(UOpPtr uop, Shape shape, UOpPtr device);  // device: uop's DEVICE node, known (device_of walks the graph)
+  void own_memory();  // requires_grad_: a new leaf's value in memory no other tensor shares
   // A tensor computed from this one (and operands on the same device): it lives on this device.
   Tensor derived(UOpPtr uop, Shape shape) const { return Tensor(std::move(uop), std::move(shape), device_uop()); }
   // gather's node (for `op`: gather, index_select), its index's rank, sizes and values already checked;

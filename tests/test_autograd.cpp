@@ -561,3 +561,30 @@ TEST_CASE("autograd: realizing several values at once keeps the graph of each on
   u.realize();
   CHECK(gradients(z.sum(), {u})[0].to_vector<float>() == std::vector<float>{4, 8});  // 2u, u = (2, 4)
 }
+
+TEST_CASE("autograd: equal leaves are separate leaves, each with its own gradient", "[autograd]") {
+  // Equal graphs are one node (interned) and were realized into one buffer, and autograd knows a leaf by
+  // its node: two zeros({3}).requires_grad_() alive at once each got the sum of both gradients.
+  auto check = [](Tensor x, Tensor y) {
+    Tensor loss = (x * 2.0f).sum() + (y * 3.0f).sum();
+    std::vector<Tensor> g = gradients(loss, {x, y});
+    CHECK(g[0].to_vector<float>() == std::vector<float>{2, 2, 2});
+    CHECK(g[1].to_vector<float>() == std::vector<float>{3, 3, 3});
+    loss.backward();
+    CHECK(x.grad()->to_vector<float>() == std::vector<float>{2, 2, 2});
+    CHECK(y.grad()->to_vector<float>() == std::vector<float>{3, 3, 3});
+  };
+  SECTION("lazy") { check(Tensor::zeros({3}).requires_grad_(), Tensor::zeros({3}).requires_grad_()); }
+  SECTION("realized together, then leaves") {
+    Tensor x = Tensor::ones({3}), y = Tensor::ones({3});
+    x.realize();
+    y.realize();
+    check(x.requires_grad_(), y.requires_grad_());
+  }
+  SECTION("one tensor's value, copied by value into another") {
+    Tensor x = Tensor::full({3}, 0.5f);
+    x.realize();
+    Tensor y = x.detach();
+    check(x.requires_grad_(), y.requires_grad_());
+  }
+}

@@ -352,3 +352,39 @@ TEST_CASE("jit: KILN_JIT=0 runs every call eagerly, KILN_STRICT forbids compilin
   for (int i = 0; i < 4; ++i) f({x});
   CHECK_THROWS_WITH((x * 1234.5f).exp2().realize(), Catch::Contains("KILN_STRICT"));
 }
+
+TEST_CASE("assign: a value realized before, in other memory, is copied into the target, not shared", "[realize]") {
+  // One state dict loaded into two models: the second load's value (the same graph as the first's) was
+  // found realized in the first model's weight, and the second model took that memory: one weight for
+  // both, whose gradients were then summed.
+  nn::Linear source(4, 3), first(4, 3), second(4, 3);
+  std::map<std::string, Tensor> state = source.state_dict();
+  first.load_state_dict(state);
+  second.load_state_dict(state);
+  CHECK(&memory_of(first.weight) != &memory_of(second.weight));
+  CHECK(&memory_of(*first.bias) != &memory_of(*second.bias));
+  CHECK(first.weight.to_vector<float>() == source.weight.to_vector<float>());
+  CHECK(second.weight.to_vector<float>() == source.weight.to_vector<float>());
+  // Each model's gradient is its own: the first's loss is 3 * sum(W x), the second's 5 * sum(W x).
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {1, 4});
+  Tensor loss = (first.forward(x) * 3.0f).sum() + (second.forward(x) * 5.0f).sum();
+  loss.backward();
+  std::vector<float> g1 = first.weight.grad()->to_vector<float>(), g2 = second.weight.grad()->to_vector<float>();
+  for (size_t i = 0; i < g1.size(); ++i) {
+    CHECK(g1[i] == 3.0f * float(i % 4 + 1));
+    CHECK(g2[i] == 5.0f * float(i % 4 + 1));
+  }
+
+  // A plain assign of a value another tensor realized.
+  Tensor a = Tensor::from_vector<float>({1, 2, 3}, {3}), b = Tensor::from_vector<float>({0, 0, 0}, {3});
+  Tensor doubled = a * 2.0f;
+  doubled.realize();
+  b.realize();
+  const DeviceBuffer* own = &memory_of(b);
+  b.assign(a * 2.0f).realize();
+  CHECK(&memory_of(b) == own);
+  CHECK(&memory_of(b) != &memory_of(doubled));
+  b.assign(b + 1.0f).realize();
+  CHECK(b.to_vector<float>() == std::vector<float>{3, 5, 7});
+  CHECK(doubled.to_vector<float>() == std::vector<float>{2, 4, 6});
+}
