@@ -572,14 +572,19 @@ Tensor& Tensor::requires_grad_(bool on) {
 // Autograd knows a leaf by its node, and equal graphs are one node (interned), realized once into one
 // buffer: two Tensor::zeros({n}).requires_grad_() alive at once were one leaf, and each was given the
 // sum of both gradients. A new leaf's value goes into memory of its own, unless it is already a buffer
-// no other tensor holds (a module's parameter, realized where it was made).
+// no other tensor holds (a module's parameter, realized where it was made), and no realized graph
+// answers with that memory any more, so an equal graph realized later gets its own.
 void Tensor::own_memory() {
   if (numel() == 0) return;
-  if (detail::realized_buffer(state_->uop) && state_->uop.use_count() == 1) return;
-  Tensor fresh(detail::movement(Op::RESHAPE, new_buffer(device_uop(), numel(), dtype()), shape()), shape(), device_uop());
-  fresh.assign(*this);
-  fresh.realize();
-  state_->uop = fresh.state_->uop;
+  UOpPtr buffer = detail::realized_buffer(state_->uop);
+  if (!buffer || state_->uop.use_count() > 1) {
+    // Written straight into new memory: nothing reads it yet, so unlike realize_all no pending assign
+    // (a batch norm's running statistics) comes along.
+    UOpPtr v = buffer ? UOp::make(Op::CONTIGUOUS, state_->uop->dtype, {state_->uop}) : state_->uop;
+    buffer = realize_uops({v}, {new_buffer(device_uop(), numel(), dtype())})[0];
+    state_->uop = detail::movement(Op::RESHAPE, buffer, shape());
+  }
+  forget_realized(buffer);
 }
 
 bool Tensor::requires_grad() const {

@@ -427,7 +427,8 @@ double ConstantLR::lr_at(int64_t step) const { return step < total_iters ? base_
 
 PolynomialLR::PolynomialLR(Optimizer& opt, int64_t total_iters, double power) : LRScheduler(opt), total_iters(total_iters), power(power) {
   if (total_iters <= 0) throw Error(kiln::cat("PolynomialLR: total_iters must be positive, got ", total_iters));
-  if (!std::isfinite(power)) throw Error(kiln::cat("PolynomialLR: power must be a finite number, got ", power));
+  if (!(power >= 0 && std::isfinite(power)))
+    throw Error(kiln::cat("PolynomialLR: power must be a finite number >= 0, got ", power, " (a negative one gives an infinite rate at the end)"));
 }
 double PolynomialLR::lr_at(int64_t step) const {
   double done = static_cast<double>(std::min(step, total_iters)) / static_cast<double>(total_iters);
@@ -444,7 +445,7 @@ double CosineAnnealingWarmRestarts::lr_at(int64_t step) const {
   // for an explicit epoch can round differently).
   int64_t t_cur = step, t_i = t_0;
   if (t_mult == 1) t_cur %= t_0;
-  for (; t_cur >= t_i; t_i *= t_mult) t_cur -= t_i;  // cycles grow geometrically: a few iterations
+  for (; t_cur >= t_i; t_i = t_i > INT64_MAX / t_mult ? INT64_MAX : t_i * t_mult) t_cur -= t_i;  // a few iterations: cycles grow geometrically
   return eta_min + (base_lr_ - eta_min) * (1 + std::cos(std::numbers::pi * static_cast<double>(t_cur) / static_cast<double>(t_i))) / 2;
 }
 

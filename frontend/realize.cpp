@@ -50,6 +50,12 @@ class RealizedMap {
     }
     return buffer;
   }
+  // Drops the entries that answer with `buffer`: its memory is a leaf's now (Tensor::requires_grad_),
+  // and a tensor holding an equal graph must compute its own value, not take the leaf's node.
+  void forget(const UOpPtr& buffer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(map_, [&](const auto& entry) { return entry.second.second.lock() == buffer; });
+  }
   void add(const UOpPtr& u, const UOpPtr& buffer) {
     std::lock_guard<std::mutex> lock(mu_);
     if (++adds_ % 256 == 0) prune();
@@ -383,6 +389,8 @@ std::shared_ptr<DeviceBuffer> storage_ptr(const UOpPtr& buffer) {
 
 std::shared_ptr<DeviceBuffer> memory_owner(const std::shared_ptr<DeviceBuffer>& storage) { return storage->base ? storage->base : storage; }
 
+void forget_realized(const UOpPtr& buffer) { realized_map().forget(buffer); }
+
 namespace {
 
 UOpPtr find_realized(const UOpPtr& u) { return realized_map().find(u); }
@@ -502,7 +510,7 @@ std::vector<UOpPtr> realize_uops(const std::vector<UOpPtr>& given, const std::ve
   std::vector<UOpPtr> outputs = given;
   for (size_t i = 0; i < outputs.size() && i < targets.size(); ++i)
     if (targets[i])
-      if (UOpPtr found = find_realized(outputs[i]))
+      if (UOpPtr found = find_realized(outputs[i]); found && storage_of(found).bytes > 0)
         outputs[i] = UOp::make(Op::CONTIGUOUS, found->dtype,
                                {UOp::make(Op::RESHAPE, found->dtype, {found}, Shape{found->arg_as<BufferArg>().size})});
   // The same computation on other data (a loop rebuilding the same graph) reuses its schedule.

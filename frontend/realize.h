@@ -39,6 +39,8 @@ struct DeviceBuffer {
 
 UOpPtr device_node(const std::string& name);                         // DEVICE(name), name validated
 UOpPtr new_buffer(const UOpPtr& device, int64_t size, DType dtype);   // a BUFFER with lazy storage
+// Realized graphs stop answering with `buffer` (its memory became a leaf's: Tensor::requires_grad_).
+void forget_realized(const UOpPtr& buffer);
 DeviceBuffer& storage_of(const UOpPtr& buffer);
 std::shared_ptr<DeviceBuffer> storage_ptr(const UOpPtr& buffer);
 // The storage that owns the memory: `storage` itself, or for a version written in place its base.

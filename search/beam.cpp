@@ -466,7 +466,9 @@ class Engine {
     try {
       Watchdog::Guard watched = watchdog_.watch(cat("checking [", to_string(t.opts), "]"));
       mismatch = hooks_.check(t.built);
-    } catch (const std::exception& e) {
+    } catch (const InternalError&) {
+      throw;  // a bug in kiln: not this candidate's
+    } catch (const Error& e) {
       mismatch = e.what();
       ran = false;
     }
@@ -524,22 +526,29 @@ class Engine {
         }
       }
     }, /*grain=*/1);
+    // First the kernels built now, then the lists whose source one of them or an earlier candidate has
+    // (the parallel builds of one source race, and the loser has no artifact), each kernel named by the
+    // simplest list that made it, whichever thread won.
+    auto of_source = [&](const std::string& source) -> Timed* {
+      auto same = [&](Timed& t) { return t.built.artifact && t.built.source == source; };
+      if (auto e = std::find_if(extra_.begin(), extra_.end(), same); e != extra_.end()) return &*e;
+      if (auto a = std::find_if(all.begin(), all.end(), same); a != all.end()) return &*a;
+      return nullptr;
+    };
     for (size_t k = 0; k < fresh.size(); ++k) {
-      const std::vector<Opt>& opts = lists[fresh[k]];
       std::optional<Built>& b = results[k].built;
-      if (!failure[k].empty()) fail(opts, "build", failure[k]);
-      if (!b) continue;
-      Timed* same = nullptr;  // a kernel of this source built before, under another spelling
-      auto of_source = [&](Timed& t) { return t.built.artifact && t.built.source == b->source; };
-      if (auto e = std::find_if(extra_.begin(), extra_.end(), of_source); e != extra_.end()) same = &*e;
-      else if (auto a = std::find_if(all.begin(), all.end(), of_source); a != all.end()) same = &*a;
-      if (same || !b->artifact) {
-        out[fresh[k]] = same;
-        continue;
-      }
-      extra_.push_back({opts, std::move(*b), 0});
+      if (!failure[k].empty()) fail(lists[fresh[k]], "build", failure[k]);
+      if (!b || !b->artifact || of_source(b->source)) continue;
+      extra_.push_back({lists[fresh[k]], std::move(*b), 0});
       out[fresh[k]] = &extra_.back();
     }
+    for (size_t k = 0; k < fresh.size(); ++k) {
+      const std::optional<Built>& b = results[k].built;
+      if (out[fresh[k]] || !b) continue;
+      out[fresh[k]] = of_source(b->source);
+    }
+    for (size_t i = 0; i < lists.size(); ++i)
+      if (out[i] && simpler(lists[i], out[i]->opts)) out[i]->opts = lists[i];
     return out;
   }
 
@@ -552,15 +561,17 @@ class Engine {
   // small conv's main kernel won with and without a trailing SWAP.
   Timed* simplify(Timed* winner, std::vector<Timed>& all) {
     Timed* picked = winner;
+    std::unordered_set<const Timed*> visited{winner};
     for (bool moved = true; moved;) {
       moved = false;
       std::vector<std::vector<Opt>> lists = simpler_steps(winner->opts);
       std::erase(lists, default_.opts);
-      std::vector<Timed*> steps;  // simplest first
+      std::vector<Timed*> steps;  // simplest first, each strictly simpler than the winner
       for (Timed* t : built(lists, all))
-        if (t && t != winner && t != picked && t->built.source != default_.built.source &&
+        if (t && !visited.count(t) && simpler(t->opts, winner->opts) && t->built.source != default_.built.source &&
             !wrong_.count(hash_string(t->built.source)) && std::find(steps.begin(), steps.end(), t) == steps.end())
           steps.push_back(t);
+      std::stable_sort(steps.begin(), steps.end(), [](const Timed* a, const Timed* b) { return simpler(*a, *b); });
       if (steps.empty()) break;
       std::vector<double> base;
       auto start = Clock::now();
@@ -573,6 +584,7 @@ class Engine {
         if (!retest(steps[i])) continue;
         if (options_.check && !matches(*steps[i])) continue;
         winner = steps[i];
+        visited.insert(winner);
         moved = true;
       }
     }
@@ -613,7 +625,9 @@ class Engine {
           try {
             std::optional<std::string> source = hooks_.source(next[size_t(i)]);
             same[size_t(i)] = source && *source == winner.built.source;
-          } catch (const std::exception&) {  // not a spelling of this kernel
+          } catch (const InternalError&) {
+            throw;
+          } catch (const Error&) {  // the opts do not lower: not a spelling of this kernel
           }
         }
       }, /*grain=*/1);

@@ -581,6 +581,17 @@ TEST_CASE("autograd: equal leaves are separate leaves, each with its own gradien
     y.realize();
     check(x.requires_grad_(), y.requires_grad_());
   }
+  SECTION("one made a leaf, then the other realized") {
+    // The first leaf's realized graph no longer answers for the second: it computes its own value.
+    Tensor x = Tensor::ones({3}), y = Tensor::ones({3}), z = Tensor::zeros({3});
+    x.realize();
+    x.requires_grad_();
+    Tensor w = Tensor::zeros({3}).requires_grad_();
+    y.realize();
+    z.realize();
+    check(x, y.requires_grad_());
+    check(w, z.requires_grad_());
+  }
   SECTION("one tensor's value, copied by value into another") {
     Tensor x = Tensor::full({3}, 0.5f);
     x.realize();

@@ -187,7 +187,8 @@ TEST_CASE("optim: bad schedule arguments and stepping OneCycleLR past its end ar
   CHECK_THROWS_WITH(optim::LinearLR(opt, 0.5, 1.5), Catch::Contains("LinearLR: end_factor must be in [0, 1], got 1.5"));
   CHECK_THROWS_WITH(optim::ConstantLR(opt, 1.5), Catch::Contains("ConstantLR: factor must be in [0, 1], got 1.5"));
   CHECK_THROWS_WITH(optim::PolynomialLR(opt, 0), Catch::Contains("PolynomialLR: total_iters must be positive, got 0"));
-  CHECK_THROWS_WITH(optim::PolynomialLR(opt, 5, std::nan("")), Catch::Contains("PolynomialLR: power must be a finite number, got nan"));
+  CHECK_THROWS_WITH(optim::PolynomialLR(opt, 5, std::nan("")), Catch::Contains("PolynomialLR: power must be a finite number >= 0, got nan"));
+  CHECK_THROWS_WITH(optim::PolynomialLR(opt, 5, -1.0), Catch::Contains("PolynomialLR: power must be a finite number >= 0, got -1"));
   CHECK_THROWS_WITH(optim::StepLR(opt, 2).set_count(-5), Catch::Contains("set_count: -5 steps"));
   CHECK_THROWS_WITH(optim::CosineAnnealingWarmRestarts(opt, 0),
                     Catch::Contains("CosineAnnealingWarmRestarts: T_0 must be a positive integer, got 0"));

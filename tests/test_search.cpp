@@ -764,9 +764,4 @@ TEST_CASE("search: a gather's kernel is checked on its real buffer sizes (its in
   for (const KernelBuffer& b : kernel_buffers(item.bufs)) sizes.push_back(b.size);
   OptsCheck c = compare_kernels(item.ast, cpu, *plain.kernel, tuned, 1, size_t{1} << 30, sizes);
   CHECK(c.outcome == OptsCheck::Outcome::Match);
-  // And a search of it checks its winner without an error.
-  SearchOptions o = options(2);
-  o.max_rounds = 1;
-  SearchResult r = search_kernel(cpu, item.ast, kernel_buffers(item.bufs), o);
-  for (const std::string& f : r.failures) CHECK_THAT(f, !Catch::Contains("output check"));
 }
