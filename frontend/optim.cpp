@@ -17,6 +17,10 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const std::string& w
       throw Error(kiln::cat(what, ": parameter ", i, " ", shape_str(params_[i].shape()), " is not a leaf with requires_grad_()"));
 }
 
+Tensor Optimizer::with_l2(const Tensor& grad, const Tensor& p, double weight_decay) {
+  return weight_decay != 0 ? grad + p * weight_decay : grad;
+}
+
 Tensor Optimizer::scalar(const Tensor& hyper, int64_t i, const Tensor& like) {
   return hyper.shrink({{i, i + 1}}).reshape(Shape(like.shape().size(), 1)).expand(like.shape()).cast(like.dtype());
 }
@@ -91,7 +95,7 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampenin
 }
 
 Tensor SGD::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, weight_decay);
   if (momentum != 0) {
     auto it = state_[i].find("momentum_buffer");
     Tensor buf = it == state_[i].end() ? g : it->second * momentum + g * (1 - dampening);  // the first step takes g as is
@@ -141,7 +145,7 @@ std::vector<double> Adam::hyper_values() const {
 }
 
 Tensor Adam::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = !decoupled && weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, decoupled ? 0 : weight_decay);
   auto& s = state_[i];
   auto [m, v] = advance_moments(s, p, g, beta1, beta2);
   if (amsgrad) {
@@ -164,7 +168,7 @@ RMSprop::RMSprop(std::vector<Tensor> params, double lr, double alpha, double eps
 }
 
 Tensor RMSprop::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, weight_decay);
   auto& s = state_[i];
   if (!s.count("square_avg")) {
     s["square_avg"] = p.zeros_like();
@@ -203,7 +207,7 @@ std::vector<double> Adagrad::hyper_values() const {
 }
 
 Tensor Adagrad::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, weight_decay);
   auto& s = state_[i];
   if (!s.count("sum")) s["sum"] = p.full_like(initial_accumulator_value);
   Tensor sum = s["sum"] + g * g;
@@ -219,7 +223,7 @@ Adadelta::Adadelta(std::vector<Tensor> params, double lr, double rho, double eps
 }
 
 Tensor Adadelta::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, weight_decay);
   auto& s = state_[i];
   if (!s.count("square_avg")) {
     s["square_avg"] = p.zeros_like();
@@ -246,7 +250,7 @@ std::vector<double> Adamax::hyper_values() const {
 }
 
 Tensor Adamax::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, weight_decay);
   auto& s = state_[i];
   if (!s.count("exp_avg")) {
     s["exp_avg"] = p.zeros_like();
@@ -289,7 +293,7 @@ std::vector<double> NAdam::hyper_values() const {
 }
 
 Tensor NAdam::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, weight_decay);
   auto [m, v] = advance_moments(state_[i], p, g, beta1, beta2);
   Tensor denom = (v / scalar(hyper, 2, p)).sqrt() + eps;
   // PyTorch's two steps: first the gradient's part, then the mean gradient's.
@@ -313,7 +317,7 @@ std::vector<double> RAdam::hyper_values() const {
 }
 
 Tensor RAdam::update(size_t i, const Tensor& p, const Tensor& grad, const Tensor& hyper) {
-  Tensor g = weight_decay != 0 ? grad + p * weight_decay : grad;
+  Tensor g = with_l2(grad, p, weight_decay);
   auto [m, v] = advance_moments(state_[i], p, g, beta1, beta2);
   Tensor step = m / scalar(hyper, 1, p) * scalar(hyper, 0, p);  // lr times the bias-corrected mean gradient
   // Rectified: times r_t sqrt(bc2) / (sqrt(v) + eps). A select rather than a product with 0, so that the

@@ -44,6 +44,7 @@ class Optimizer {
   virtual Tensor update(size_t i, const Tensor& p, const Tensor& g, const Tensor& hyper) = 0;
   virtual std::vector<double> hyper_values() const { return {lr}; }
   static Tensor scalar(const Tensor& hyper, int64_t i, const Tensor& like);  // hyper[i], broadcast to like
+  static Tensor with_l2(const Tensor& grad, const Tensor& p, double weight_decay);  // grad + p * weight_decay (L2)
   std::vector<Tensor> params_;
   std::vector<std::map<std::string, Tensor>> state_;  // per parameter
   int64_t steps_ = 0;

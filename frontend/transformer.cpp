@@ -13,18 +13,10 @@ void check_num_layers(const char* op, int64_t num_layers) {
   if (num_layers <= 0) throw Error(kiln::cat(op, ": num_layers must be at least 1, got ", num_layers));
 }
 
-// What a deep copy takes beyond the constructor's options: the values and the training mode. The
-// values travel as new tensors (through the host): loaded straight from `from`, a second copy's
-// parameters would be the first copy's memory (the realize of the same copying graph is reused), and
-// the copies one shared set of parameters, each getting the sum of every copy's gradient.
+// What a deep copy takes beyond the constructor's options: the values (each loaded into the copy's own
+// memory, see Tensor::assign) and the training mode.
 void copy_state(const Module& from, Module& to) {
-  std::map<std::string, Tensor> state;
-  for (const auto& [name, t] : from.state_dict()) {
-    Tensor value = t;
-    std::vector<uint8_t> bytes = value.to_bytes();
-    state.emplace(name, Tensor::from_raw(bytes.data(), value.dtype(), value.shape(), value.device()));
-  }
-  to.load_state_dict(state);
+  to.load_state_dict(from.state_dict());
   to.train(from.training());
 }
 
