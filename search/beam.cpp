@@ -25,7 +25,7 @@ std::string SearchOptions::params() const {
   std::string how = exhaustive_depth > 0 ? cat("exhaustive=", exhaustive_depth)
                                          : cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds,
                                                " bare_seed_max_us=", bare_seed_max_s * 1e6);
-  return cat(how, " runs=", timing_runs, " batch_us=", time_batch_s * 1e6, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain, " confirm=", confirm_runs);
+  return cat(how, " runs=", timing_runs, " batch_us=", time_batch_s * 1e6, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain, " min_gain_memory=", min_gain_memory, " confirm=", confirm_runs);
 }
 
 namespace {
@@ -167,7 +167,10 @@ void rank(std::vector<Timed>& v, double tie) {
 class Engine {
  public:
   Engine(const SearchHooks& hooks, const SearchOptions& options)
-      : hooks_(hooks), options_(options), watchdog_(options.stall_limit_s, hooks.kernel, hooks.on_stall) {}
+      : hooks_(hooks), options_(options),
+        gain_(hooks.memory_bound ? std::max(options.min_gain, options.min_gain_memory) : options.min_gain),
+        always_tie_(hooks.memory_bound ? gain_ : gain_ * kAlwaysTie),
+        watchdog_(options.stall_limit_s, hooks.kernel, hooks.on_stall) {}
 
   SearchResult run() {
     if (options_.beam < 1 || options_.timing_runs < 1 || options_.max_rounds < 0)
@@ -176,6 +179,9 @@ class Engine {
     if (!hooks_.actions || !hooks_.build || !hooks_.time)
       throw Error("search: the hooks need actions, build and time (check too unless options.check is off)");
     if (options_.check && !hooks_.check) throw Error("search: options.check is on but the hooks have no check");
+    if (!(options_.min_gain >= 0 && options_.min_gain < 1) || !(options_.min_gain_memory >= 0 && options_.min_gain_memory < 1))
+      throw Error(cat("search: min_gain ", options_.min_gain, " and min_gain_memory ", options_.min_gain_memory,
+                      ": each is a fraction of the default's time, in [0, 1)"));
     if (options_.confirm_runs < 0) throw Error(cat("search: confirm_runs ", options_.confirm_runs, ": use 0 (off) or more rounds"));
     if (options_.exhaustive_depth < 0 || options_.exhaustive_depth > kMaxExhaustiveDepth)
       throw Error(cat("search: exhaustive depth ", options_.exhaustive_depth, ": use 1..", kMaxExhaustiveDepth,
@@ -427,12 +433,12 @@ class Engine {
     // ties, a plateau of many near-equal lists filled the places, and the fastest, 5% ahead of them side
     // by side, was never confirmed (a copy's 16x8 tile against its 8x8 ones).
     std::vector<Timed*> by_time = faster_than_default;  // `all` was sorted fastest first
-    rank(faster_than_default, options_.min_gain, [](const Timed* t) -> const Timed& { return *t; });
+    rank(faster_than_default, gain_, [](const Timed* t) -> const Timed& { return *t; });
     const size_t places = size_t(std::max(options_.max_contenders, 1));
     if (options_.confirm_runs > 0)
       for (size_t i = 0; i < by_time.size() && contenders.size() < (places + 1) / 2; ++i) contenders.push_back(by_time[i]);
     for (Timed* t : faster_than_default) {
-      if (options_.confirm_runs == 0 && t->seconds >= default_.seconds * (1 - options_.min_gain)) continue;
+      if (options_.confirm_runs == 0 && t->seconds >= default_.seconds * (1 - gain_)) continue;
       if (options_.confirm_runs > 0 && contenders.size() == places) break;
       if (std::find(contenders.begin(), contenders.end(), t) == contenders.end()) contenders.push_back(t);
     }
@@ -440,7 +446,7 @@ class Engine {
     int checks = 0;
     int retests = 0;
     for (Timed* t : contenders) {
-      if (t->seconds >= default_.seconds * (1 - options_.min_gain)) continue;
+      if (t->seconds >= default_.seconds * (1 - gain_)) continue;
       if (options_.confirm_runs > 0 || hooks_.time_whole) {
         if (retests++ == options_.max_checks) break;
         if (!retest(t)) continue;
@@ -578,8 +584,8 @@ class Engine {
       std::vector<Paired> paired = time_paired(steps, base, hooks_.time, options_.confirm_runs, picked);
       result_.timing_s += seconds_since(start);
       for (size_t i = 0; i < steps.size() && !moved; ++i) {
-        if (paired[i].failed || paired[i].median > 1 + options_.min_gain) continue;
-        if (paired[i].wins == 0 && paired[i].median > 1 + options_.min_gain * kAlwaysTie) continue;
+        if (paired[i].failed || paired[i].median > 1 + gain_) continue;
+        if (paired[i].wins == 0 && paired[i].median > 1 + always_tie_) continue;
         steps[i]->seconds = picked->seconds * paired[i].median;  // beside the pick (retest may time it whole)
         if (!retest(steps[i])) continue;
         if (options_.check && !matches(*steps[i])) continue;
@@ -720,8 +726,8 @@ class Engine {
       auto ties = [&](size_t i) {
         if (i == fastest) return true;
         double ratio = contenders[i]->seconds / contenders[fastest]->seconds;
-        if (ratio > 1 + options_.min_gain) return false;
-        if (ratio <= 1 + options_.min_gain * kAlwaysTie) return true;
+        if (ratio > 1 + gain_) return false;
+        if (ratio <= 1 + always_tie_) return true;
         for (size_t r = 0; r < times[i].size() && r < times[fastest].size(); ++r)
           if (times[i][r] < times[fastest][r]) return true;
         return false;
@@ -746,7 +752,7 @@ class Engine {
     // Five rounds at least: without confirmation (confirm_runs 0) a pick from parts is still checked whole.
     Paired p = time_paired({winner}, base, whole ? hooks_.time_whole : hooks_.time, std::max(options_.confirm_runs, 5))[0];
     result_.timing_s += seconds_since(start);
-    bool wins = p.consistently_faster() && p.median < 1 - options_.min_gain;
+    bool wins = p.consistently_faster() && p.median < 1 - gain_;
     if (whole && wins) {
       winner->seconds = *std::min_element(base.begin(), base.end()) * p.median;
       result_.default_seconds = *std::min_element(base.begin(), base.end());
@@ -777,6 +783,11 @@ class Engine {
 
   const SearchHooks& hooks_;
   const SearchOptions& options_;
+  const double gain_;  // the gain a winner needs and the band of ties: min_gain, min_gain_memory if memory-bound
+  // Side by side, lists within this of each other are ties even when one was the faster in every round:
+  // kAlwaysTie of min_gain; the whole band for a memory-bound kernel, whose order inside it one search
+  // sees consistently and the next, minutes later, does not.
+  const double always_tie_;
   Clock::time_point start_ = Clock::now();
   SearchResult result_;
   SearchProgress progress_;

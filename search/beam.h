@@ -22,7 +22,8 @@
 // each is judged by the median over rounds of its time over the default's in the same round (paired, so
 // the machine's drift between minutes cancels); of the fastest and its ties (within min_gain of it, and
 // the faster in a round at least), fewer opts win, and the
-// one picked must beat the default by min_gain again in fresh rounds. Then it is simplified: the simplest
+// one picked must beat the default by min_gain again in fresh rounds (a memory-bound kernel: min_gain_memory
+// in place of min_gain throughout, and every list within it of the fastest is a tie). Then it is simplified: the simplest
 // of its one-step-simpler lists (one opt dropped, one tile amount halved) that runs within min_gain of
 // it side by side, faster in one round at least, and beats the default again takes its place, step by
 // step, so a plateau of near-equal
@@ -62,6 +63,14 @@ struct SearchOptions {
   // confirmed), the sum and exp kernels kept one list in five; the max kernel still four (each 8 rows with
   // 4 or 8 reduce steps unrolled, spelled differently: near-equal kernels the noise still orders).
   double min_gain = 0.05;
+  // min_gain for a memory-bound kernel (SearchHooks::memory_bound): a copy, an elementwise map, a row
+  // reduce run at the memory's speed, which drifts here by up to 40% between minutes, and which of two
+  // near-equal tilings of one is faster changed with it: paired rounds inside one search agreed, and fresh
+  // searches minutes apart did not (five fresh searches of relu(a*b+c) over 16M floats, whose default runs
+  // at the triad loop's bandwidth, kept it once and crowned four lists 2-6% faster in their own minutes;
+  // softmax's row max won unrolled 4, 4x2, 8 or not at all, up to 8% apart; a transposing copy's 8x8 and
+  // 16x8 tiles swapped). With 15%, each of these kept one list in five fresh searches.
+  double min_gain_memory = 0.15;
   int max_rounds = 10;            // rounds of expansion after the starting candidates
   int timing_runs = 3;            // a candidate's time is the minimum of this many timings
   // search_kernel: one timing is the fastest of back-to-back launches filling this long (at most 256).
@@ -153,6 +162,9 @@ struct SearchHooks {
   std::function<std::optional<std::string>(const Built& candidate)> check;
   std::function<void(const SearchProgress&)> progress;  // optional: after each candidate is timed
   std::string kernel;  // the kernel's name, for messages
+  // The kernel is memory-bound: a winner must beat the default by min_gain_memory, and ties are within it
+  // (search_kernel: fewer than kMemoryBoundIntensity flops per byte of its buffers, kernel_intensity).
+  bool memory_bound = false;
   // Called once, from a watchdog thread, when the search stalls (SearchOptions::stall_limit_s), with a
   // message naming the kernel and the candidates in flight. Unset: the message goes to stderr and the
   // process aborts, since a stuck thread cannot be made to return (and a core dump shows where it is).
@@ -198,5 +210,12 @@ double time_kernel(Device& device, const LoweredKernel& kernel, std::span<const 
 // Floating-point operations one run of the kernel does: each float ALU op once per iteration of the
 // loops it depends on (an estimate: ops the lowering folds or duplicates are not seen).
 double kernel_flops(const UOpPtr& ast);
+
+// Flops per byte of the kernel's buffers (kernel_flops over their sizes): each buffer moved once, as a
+// roofline counts it. Under kMemoryBoundIntensity the kernel waits on memory on any machine kiln targets
+// (their balance is 5-20 flops per byte: 200 GFLOP/s over 30 GB/s here, an H100's 60 TFLOP/s over 3 TB/s),
+// and search treats it as memory-bound (SearchHooks::memory_bound).
+double kernel_intensity(const UOpPtr& ast, std::span<const KernelBuffer> buffers);
+constexpr double kMemoryBoundIntensity = 2.0;
 
 }  // namespace kiln

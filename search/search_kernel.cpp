@@ -45,6 +45,12 @@ double kernel_flops(const UOpPtr& ast) {
   return flops;
 }
 
+double kernel_intensity(const UOpPtr& ast, std::span<const KernelBuffer> buffers) {
+  double bytes = 0;
+  for (const KernelBuffer& b : buffers) bytes += double(b.size) * double(b.dtype.itemsize());
+  return bytes > 0 ? kernel_flops(ast) / bytes : 0;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -110,7 +116,8 @@ class Scratch {
 class DeviceSearch {
  public:
   DeviceSearch(Device& device, const UOpPtr& ast, std::span<const KernelBuffer> buffers, const SearchOptions& options)
-      : device_(device), ast_(ast), options_(options), scratch_(device, buffers) {
+      : device_(device), ast_(ast), options_(options), scratch_(device, buffers),
+        memory_bound_(kernel_intensity(ast, buffers) < kMemoryBoundIntensity) {
     for (const KernelBuffer& b : buffers) elements_.push_back(b.size);
   }
 
@@ -129,6 +136,7 @@ class DeviceSearch {
     hooks.check = [&](const Built& candidate) { return check(compiled(candidate)); };
     hooks.progress = progress;
     hooks.kernel = detail::kernel_name(ast_);
+    hooks.memory_bound = memory_bound_;
     choose_shrink(hooks.default_opts);
     if (shrink_ > 1) hooks.time_whole = [&](const Built& b) { return time(compiled(b), 1); };
     SearchResult r = beam_search(hooks, options_);
@@ -234,6 +242,7 @@ class DeviceSearch {
   std::optional<LoweredKernel> plain_;
   std::vector<int64_t> elements_;  // each buffer's size
   int64_t shrink_ = 1;
+  bool memory_bound_;
   std::atomic<int64_t> lower_ns_{0}, compile_ns_{0}, launch_ns_{0};
   std::mutex sources_mu_;
   std::unordered_set<uint64_t> sources_;  // hashes of the sources built so far

@@ -195,6 +195,50 @@ TEST_CASE("search: a candidate less than min_gain faster than the default does n
   }
 }
 
+// A memory-bound kernel's near-equal tilings swap places with the machine's state between minutes: a
+// winner there must be min_gain_memory faster, and only there.
+TEST_CASE("search: a memory-bound kernel needs min_gain_memory to replace its default", "[search]") {
+  const SearchOptions o = options();
+  REQUIRE(o.min_gain_memory > o.min_gain);
+  const double between = 1 - 0.5 * (o.min_gain + o.min_gain_memory);  // 0.90: enough for min_gain only
+  for (bool memory_bound : {false, true})
+    for (double fastest : {between, 1 - o.min_gain_memory - 0.01}) {
+      FakeWorld w;
+      w.default_opts = {up(0, 2)};
+      w.times = {{"UPCAST(0,2)", 1.0}, {"", 1.0}, {"UPCAST(0,2) UNROLL(1,4)", fastest}};
+      SearchHooks h = w.hooks();
+      h.memory_bound = memory_bound;
+      SearchResult r = beam_search(h, o);
+      INFO("memory-bound " << memory_bound << ", fastest " << fastest << ": " << to_string(r.opts));
+      bool wins = fastest < 1 - (memory_bound ? o.min_gain_memory : o.min_gain);
+      CHECK(r.improved == wins);
+      CHECK(to_string(r.opts) == (wins ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2)"));
+    }
+}
+
+// Ties are within the same wider band: a memory-bound kernel's fastest and a simpler list 10% behind it
+// (both well past the default) are ties, and the simpler one wins; a compute-bound kernel keeps the fastest.
+TEST_CASE("search: a memory-bound kernel's ties are within min_gain_memory", "[search]") {
+  for (bool memory_bound : {false, true}) {
+    FakeWorld w;
+    w.default_opts = {up(0, 2)};
+    w.times = {{"UPCAST(0,2)", 2.0}, {"", 2.0}, {"UPCAST(0,2) UNROLL(1,4)", 1.1}, {"UPCAST(0,2) UNROLL(1,4) UPCAST(0,4)", 1.0}};
+    SearchHooks h = w.hooks();
+    h.memory_bound = memory_bound;
+    SearchResult r = beam_search(h, options());
+    INFO("memory-bound " << memory_bound << ": " << to_string(r.opts));
+    CHECK(r.improved);
+    CHECK(to_string(r.opts) == (memory_bound ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2) UNROLL(1,4) UPCAST(0,4)"));
+  }
+}
+
+TEST_CASE("search: a bad min_gain is an error that names it", "[search]") {
+  FakeWorld w;
+  SearchOptions o = options();
+  o.min_gain_memory = 1.5;
+  CHECK_THROWS_WITH(beam_search(w.hooks(), o), Catch::Contains("min_gain_memory 1.5"));
+}
+
 TEST_CASE("search: equal times break the same way whatever order the actions come in", "[search]") {
   for (bool reversed : {false, true}) {
     FakeWorld w;
@@ -418,6 +462,24 @@ TEST_CASE("search: kernel_flops counts a matmul's multiply-adds", "[search]") {
   REQUIRE_FALSE(s.items.empty());
   const ScheduleItem& mm = s.items.back();
   CHECK(kernel_flops(mm.ast) == Approx(2.0 * 8 * 16 * 4));
+}
+
+TEST_CASE("search: kernel_intensity is flops per byte of the buffers, so maps are memory-bound and matmuls not", "[search]") {
+  Tensor x = Tensor::from_vector(std::vector<float>(4096, 1.0f), {4096});
+  Tensor y = Tensor::from_vector(std::vector<float>(4096, 2.0f), {4096});
+  Schedule add = schedule_uops({(x + y).uop()});
+  REQUIRE_FALSE(add.items.empty());
+  const ScheduleItem& a = add.items.back();
+  // One add per element over three float buffers of 4096: 4096 / (3 * 4096 * 4).
+  CHECK(kernel_intensity(a.ast, kernel_buffers(a.bufs)) == Approx(1.0 / 12));
+  Tensor p = Tensor::from_vector(std::vector<float>(64 * 64, 1.0f), {64, 64});
+  Tensor q = Tensor::from_vector(std::vector<float>(64 * 64, 2.0f), {64, 64});
+  Schedule mm = schedule_uops({p.matmul(q).uop()});
+  const ScheduleItem& m = mm.items.back();
+  // 2 * 64^3 flops over three 64x64 float buffers.
+  CHECK(kernel_intensity(m.ast, kernel_buffers(m.bufs)) == Approx(2.0 * 64 * 64 * 64 / (3 * 64 * 64 * 4)));
+  CHECK(kernel_intensity(a.ast, kernel_buffers(a.bufs)) < kMemoryBoundIntensity);
+  CHECK(kernel_intensity(m.ast, kernel_buffers(m.bufs)) > kMemoryBoundIntensity);
 }
 
 TEST_CASE("search: a real search of a small matmul on the CPU gives the right product", "[search]") {
