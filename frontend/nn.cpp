@@ -525,7 +525,7 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t heads, bool has_bias, 
 namespace {
 
 // `mask` with the key padding mask (N, S) merged in, as one mask that adds to the scores (N, H, L, S):
-// a bool padding mask blocks where true (torch.nn's convention for it), a float one adds.
+// bool masks block where true (torch.nn's convention), float ones add.
 Tensor with_key_padding(const std::optional<Tensor>& mask, const Tensor& key_padding, int64_t n, int64_t s, const Tensor& like) {
   if (key_padding.shape() != Shape{n, s})
     throw Error(kiln::cat("MultiheadAttention: key_padding_mask ", shape_str(key_padding.shape()), " must be (N, S) = (", n, ", ", s,
@@ -537,7 +537,7 @@ Tensor with_key_padding(const std::optional<Tensor>& mask, const Tensor& key_pad
   Tensor padding = is_bool(key_padding.dtype()) ? key_padding.where(blocked, zero) : key_padding;
   padding = padding.reshape({n, 1, 1, s});
   if (!mask) return padding;
-  return (is_bool(mask->dtype()) ? mask->where(zero, blocked) : *mask) + padding;
+  return (is_bool(mask->dtype()) ? mask->where(blocked, zero) : *mask) + padding;
 }
 
 }  // namespace
@@ -550,8 +550,17 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
   }
   auto batch_major = [&](const Tensor& t) { return batch_first ? t : t.transpose(0, 1); };
   int64_t e = embed_dim, h = num_heads, d = e / h;
+  if (mask && mask->ndim() == 3) {  // torch's per-head form (N * H, L, S)
+    int64_t n = query.shape()[batch_first ? 0 : 1], l = query.shape()[batch_first ? 1 : 0], s = key.shape()[batch_first ? 1 : 0];
+    if (mask->shape() != Shape{n * h, l, s})
+      throw Error(kiln::cat("MultiheadAttention: a 3-D mask ", shape_str(mask->shape()), " must be (N * num_heads, L, S) = (", n * h, ", ", l,
+                            ", ", s, "); or give (L, S)"));
+    mask = mask->reshape({n, h, l, s});
+  }
   if (key_padding_mask)
     mask = with_key_padding(mask, *key_padding_mask, key.shape()[batch_first ? 0 : 1], key.shape()[batch_first ? 1 : 0], query);
+  else if (mask && is_bool(mask->dtype()))
+    mask = mask->logical_not();  // torch.nn's bool attn_mask blocks where true; scaled_dot_product_attention's keeps
   auto project = [&](const Tensor& x, int64_t part) {
     Tensor w = in_proj_weight.shrink({{part * e, (part + 1) * e}, {0, e}});
     Tensor y = batch_major(x).matmul(w.transpose(0, 1));
@@ -597,7 +606,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d_model, int64_t nhead,
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
 }
 
-Tensor TransformerEncoderLayer::forward(const Tensor& src, std::optional<Tensor> mask, bool causal, std::optional<Tensor> src_key_padding_mask) {
+Tensor TransformerEncoderLayer::forward(const Tensor& src, std::optional<Tensor> mask, std::optional<Tensor> src_key_padding_mask, bool causal) {
   auto attention = [&](const Tensor& x) { return dropout1->forward(self_attn->attend(x, x, x, mask, causal, src_key_padding_mask)); };
   auto ff = [&](const Tensor& x) { return feed_forward(*linear1, *linear2, *dropout, *dropout2, activation, x); };
   if (norm_first) {
@@ -631,8 +640,8 @@ Tensor TransformerDecoderLayer::forward(const Tensor&) {
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, std::optional<Tensor> tgt_mask,
-                                        std::optional<Tensor> memory_mask, bool tgt_is_causal, std::optional<Tensor> tgt_key_padding_mask,
-                                        std::optional<Tensor> memory_key_padding_mask) {
+                                        std::optional<Tensor> memory_mask, std::optional<Tensor> tgt_key_padding_mask,
+                                        std::optional<Tensor> memory_key_padding_mask, bool tgt_is_causal) {
   auto self_block = [&](const Tensor& x) {
     return dropout1->forward(self_attn->attend(x, x, x, tgt_mask, tgt_is_causal, tgt_key_padding_mask));
   };

@@ -403,9 +403,10 @@ class MultiheadAttention : public Module {
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool bias = true, bool batch_first = false);
   Tensor forward(const Tensor& x) override { return attend(x, x, x); }  // self-attention
   // (L, N, E) inputs, or (N, L, E) with batch_first; returns the attention output (not the weights).
-  // key_padding_mask (N, S) as torch.nn.MultiheadAttention's: bool, where true marks a padding key that
-  // no query attends to (the opposite of a bool `mask`, which keeps where true), or float, added to
-  // every query's scores for that key.
+  // The masks are torch.nn.MultiheadAttention's: `mask` (its attn_mask, (L, S) or (N * H, L, S)) and
+  // key_padding_mask (N, S) are float, added to the scores, or bool, where true blocks (a key that query
+  // may not attend to; a padding key). That is the opposite of scaled_dot_product_attention's bool mask
+  // (true keeps there), as in PyTorch, so a script's masks carry over to either unchanged.
   Tensor attend(const Tensor& query, const Tensor& key, const Tensor& value, std::optional<Tensor> mask = std::nullopt,
                 bool causal = false, std::optional<Tensor> key_padding_mask = std::nullopt);
   Tensor in_proj_weight;  // (3E, E)
@@ -424,10 +425,11 @@ class TransformerEncoderLayer : public Module {
  public:
   TransformerEncoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward = 2048, double dropout = 0.1,
                           std::string activation = "relu", double layer_norm_eps = 1e-5, bool batch_first = false, bool norm_first = false);
-  Tensor forward(const Tensor& src) override { return forward(src, std::nullopt, false); }
-  // mask: added to the attention scores, or bool where true keeps (see scaled_dot_product_attention).
-  // src_key_padding_mask (N, S): MultiheadAttention::attend's key_padding_mask (bool: true is padding).
-  Tensor forward(const Tensor& src, std::optional<Tensor> mask, bool causal = false, std::optional<Tensor> src_key_padding_mask = std::nullopt);
+  Tensor forward(const Tensor& src) override { return forward(src, std::nullopt); }
+  // PyTorch's arguments in its order: src_mask and src_key_padding_mask as MultiheadAttention::attend's
+  // (float added; bool, true blocks), is_causal: a causal mask (with or without src_mask).
+  Tensor forward(const Tensor& src, std::optional<Tensor> src_mask, std::optional<Tensor> src_key_padding_mask = std::nullopt,
+                 bool is_causal = false);
   // A deep copy (PyTorch's copy.deepcopy): the same options, its own parameters holding this layer's
   // values, the same dropout probabilities and training mode.
   std::shared_ptr<TransformerEncoderLayer> clone() const;
@@ -448,10 +450,11 @@ class TransformerDecoderLayer : public Module {
   TransformerDecoderLayer(int64_t d_model, int64_t nhead, int64_t dim_feedforward = 2048, double dropout = 0.1,
                           std::string activation = "relu", double layer_norm_eps = 1e-5, bool batch_first = false, bool norm_first = false);
   Tensor forward(const Tensor&) override;  // an error: a decoder layer needs the memory too
-  // The key padding masks (N, T) and (N, S): MultiheadAttention::attend's (bool: true is padding).
+  // PyTorch's arguments in its order; every mask as MultiheadAttention::attend's (float added; bool,
+  // true blocks); the key padding masks are (N, T) and (N, S). tgt_is_causal: a causal self-attention mask.
   Tensor forward(const Tensor& tgt, const Tensor& memory, std::optional<Tensor> tgt_mask = std::nullopt,
-                 std::optional<Tensor> memory_mask = std::nullopt, bool tgt_is_causal = false,
-                 std::optional<Tensor> tgt_key_padding_mask = std::nullopt, std::optional<Tensor> memory_key_padding_mask = std::nullopt);
+                 std::optional<Tensor> memory_mask = std::nullopt, std::optional<Tensor> tgt_key_padding_mask = std::nullopt,
+                 std::optional<Tensor> memory_key_padding_mask = std::nullopt, bool tgt_is_causal = false);
   std::shared_ptr<TransformerDecoderLayer> clone() const;  // a deep copy, as TransformerEncoderLayer::clone
   std::shared_ptr<MultiheadAttention> self_attn, multihead_attn;
   std::shared_ptr<Linear> linear1, linear2;
@@ -486,11 +489,9 @@ class ModuleList : public Module {
 //   nn::TransformerEncoder encoder(layer, 6, std::make_shared<nn::LayerNorm>(Shape{512}));
 //   Tensor y = encoder.forward(x, nn::Transformer::generate_square_subsequent_mask(L), padding);
 //
-// The stacks run their layers in turn with the same masks, then `norm` (none when null). Attention
-// masks are the layers': float, added to the scores; or bool, where true keeps, which is the opposite
-// of torch.nn.Transformer*'s bool masks (true blocks there), so a float mask such as
-// generate_square_subsequent_mask's means the same in both. Key padding masks are torch.nn's: bool,
-// where true marks padding; or float, added. Inputs are batched: (L, N, E), or (N, L, E) with
+// The stacks run their layers in turn with the same masks, then `norm` (none when null). Every mask is
+// torch.nn's (MultiheadAttention::attend): float, added to the scores (generate_square_subsequent_mask's
+// -inf above the diagonal); or bool, where true blocks (a key not attended to; padding). Inputs are batched: (L, N, E), or (N, L, E) with
 // batch_first (PyTorch also takes an unbatched (L, E); add a batch axis of 1 here).
 
 // num_layers (at least 1; PyTorch would build an empty stack for 0) deep copies of `layer`

@@ -79,7 +79,7 @@ TransformerEncoderLayer& TransformerEncoder::layer(size_t i) const { return laye
 Tensor TransformerEncoder::forward(const Tensor& src, std::optional<Tensor> mask, std::optional<Tensor> src_key_padding_mask, bool is_causal) {
   check_input("TransformerEncoder", "src", src, stack_[0]->self_attn->embed_dim, stack_[0]->self_attn->batch_first);
   Tensor x = src;
-  for (auto& l : stack_) x = l->forward(x, mask, is_causal, src_key_padding_mask);
+  for (auto& l : stack_) x = l->forward(x, mask, src_key_padding_mask, is_causal);
   return norm ? norm->forward(x) : x;
 }
 
@@ -103,7 +103,7 @@ Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, std:
   check_input("TransformerDecoder", "tgt", tgt, e, batch_first);
   check_input("TransformerDecoder", "memory", memory, e, batch_first);
   Tensor x = tgt;
-  for (auto& l : stack_) x = l->forward(x, memory, tgt_mask, memory_mask, tgt_is_causal, tgt_key_padding_mask, memory_key_padding_mask);
+  for (auto& l : stack_) x = l->forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal);
   return norm ? norm->forward(x) : x;
 }
 

@@ -237,7 +237,7 @@ TEST_CASE("nn: the 1-D, adaptive and extra activation modules, ModuleList and Tr
   Tensor seq = Tensor::from_vector(randoms(2 * 5 * 8, 12), {2, 5, 8});
   enc.eval();
   same(enc(seq), enc(seq));
-  CHECK(enc.forward(seq, std::nullopt, true).shape() == Shape{2, 5, 8});
+  CHECK(enc.forward(seq, std::nullopt, std::nullopt, true).shape() == Shape{2, 5, 8});
   // Errors name the op, the values and the fix.
   CHECK_THROWS_WITH(x.hardtanh(1, -1), Catch::Contains("hardtanh") && Catch::Contains("above max_val"));
   CHECK_THROWS_WITH(Tensor::zeros({2, 3, 4, 5}).conv1d(conv.weight), Catch::Contains("conv1d: input must be (N, C, L) or (C, L)"));

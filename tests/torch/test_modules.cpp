@@ -75,6 +75,60 @@ Leaf input(Source& src, const std::string& name, std::vector<int64_t> shape) {
 
 std::optional<Tensor> kiln_mask(const at::Tensor& t) { return t.defined() ? std::optional<Tensor>(to_kiln(t)) : std::nullopt; }
 
+// Key padding masks for lengths S of N sequences: true at the padding, which is at the end, so that
+// every query keeps key 0 under a causal mask too.
+at::Tensor padding_mask(std::vector<int64_t> lengths, int64_t S) {
+  at::Tensor m = at::zeros({static_cast<int64_t>(lengths.size()), S}, at::kBool);
+  for (size_t i = 0; i < lengths.size(); ++i) m[static_cast<int64_t>(i)].slice(0, lengths[i]).fill_(true);
+  return m;
+}
+
+// torch.nn's bool attention masks block where true. libtorch's C++ MultiheadAttention adds its attn_mask
+// (2-D, float only), so the reference is the equal float mask (-inf where blocked); the 3-D per-head form
+// (N * H, L, S), row n * H + h, against each batch element alone with its own 2-D mask.
+TEST_CASE("torch: MultiheadAttention's bool masks block where true and 3-D masks go per batch and head, as torch.nn's", "[torch][nn]") {
+  Source src(167);
+  Batch batch;
+  const int64_t L = 4, S = 5, N = 3, E = 8, H = 2;
+  Tensor::manual_seed(11);
+  nn::MultiheadAttention mha(E, H);
+  torch::nn::MultiheadAttention ref(torch::nn::MultiheadAttentionOptions(E, H));
+  std::map<std::string, at::Tensor> tparams = share_parameters(src, mha, *ref);
+  // Blocked where (i + j + shift) % 3 == 1, never key 0: every query keeps a key.
+  auto blocked = [&](int64_t shift) {
+    at::Tensor m = at::zeros({L, S}, at::kBool);
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 1; j < S; ++j) m[i][j] = (i + j + shift) % 3 == 1;
+    return m;
+  };
+  auto additive = [](const at::Tensor& b) { return at::zeros(b.sizes(), at::kFloat).masked_fill(b, -INFINITY); };
+  auto attend = [&](const at::Tensor& q, const at::Tensor& kv, const at::Tensor& mask, const at::Tensor& padding) {
+    return std::get<0>(ref->forward(q, kv, kv, padding, false, mask));
+  };
+  at::Tensor padding = padding_mask({S, S - 2, S - 1}, S);
+  for (bool padded : {false, true}) {
+    Leaf q = input(src, "query", {L, N, E}), kv = input(src, "key", {S, N, E});
+    at::Tensor p = padded ? padding : at::Tensor();
+    at::Tensor expected = attend(q.t, kv.t, additive(blocked(0)), p);
+    Tensor out = mha.attend(q.k, kv.k, kv.k, to_kiln(blocked(0)), false, kiln_mask(p));
+    check_module(batch, src, padded ? "MultiheadAttention bool mask, key padding" : "MultiheadAttention bool mask", out, expected, {q, kv}, mha,
+                 tparams, 32);
+  }
+  Leaf q = input(src, "query", {L, N, E}), kv = input(src, "key", {S, N, E});
+  std::vector<at::Tensor> per_batch, rows;
+  for (int64_t n = 0; n < N; ++n) {
+    per_batch.push_back(attend(q.t.slice(1, n, n + 1), kv.t.slice(1, n, n + 1), additive(blocked(n)), at::Tensor()));
+    for (int64_t h = 0; h < H; ++h) rows.push_back(blocked(n));
+  }
+  at::Tensor expected = at::cat(per_batch, 1), mask3 = at::stack(rows);  // (N * H, L, S)
+  check_module(batch, src, "MultiheadAttention 3-D bool mask", mha.attend(q.k, kv.k, kv.k, to_kiln(mask3)), expected, {q, kv}, mha, tparams, 32);
+  batch.check("MultiheadAttention 3-D float mask", mha.attend(q.k, kv.k, kv.k, to_kiln(additive(mask3))), expected.detach(),
+              normwise(expected.detach(), 32, at::kFloat));
+  batch.run();
+  CHECK_THROWS_WITH(mha.attend(q.k, kv.k, kv.k, Tensor::zeros({N, L, S}, dtypes::bool_)),
+                    Catch::Contains("MultiheadAttention: a 3-D mask (3, 4, 5) must be (N * num_heads, L, S) = (6, 4, 5)"));
+}
+
 TEST_CASE("torch: TransformerDecoderLayer equals torch::nn::TransformerDecoderLayer, with masks, pre-norm, batch first", "[torch][nn]") {
   // Sums of up to 32 terms through three LayerNorms and two softmaxes: 128 float32 units, values and
   // gradients (measured within a few units).
@@ -135,7 +189,7 @@ TEST_CASE("torch: TransformerDecoderLayer equals torch::nn::TransformerDecoderLa
         batch.check(what + " d/d tgt", kgrads[0], grads[0], normwise(grads[0], 128, at::kFloat));
         batch.check(what + " d/d memory", kgrads[1], grads[1], normwise(grads[1], 128, at::kFloat));
         if (masked && !norm_first) {  // the causal flag is the same mask
-          batch.check(what + " tgt_is_causal", layer.forward(ktgt, kmemory, std::nullopt, kmm, true), expected.detach(),
+          batch.check(what + " tgt_is_causal", layer.forward(ktgt, kmemory, std::nullopt, kmm, std::nullopt, std::nullopt, true), expected.detach(),
                       normwise(expected.detach(), 128, at::kFloat));
           // batch_first: the same layer on (N, L, E) gives the transposed output.
           nn::TransformerDecoderLayer bf(E, H, F, 0.1, act, 1e-5, /*batch_first=*/true, norm_first);
@@ -152,13 +206,6 @@ TEST_CASE("torch: TransformerDecoderLayer equals torch::nn::TransformerDecoderLa
   CHECK_THROWS_WITH(nn::TransformerDecoderLayer(E, H, F, 0.1, "tanh"), Catch::Contains("activation \"tanh\" is not \"relu\" or \"gelu\""));
 }
 
-// Key padding masks for lengths S of N sequences: true at the padding, which is at the end, so that
-// every query keeps key 0 under a causal mask too.
-at::Tensor padding_mask(std::vector<int64_t> lengths, int64_t S) {
-  at::Tensor m = at::zeros({static_cast<int64_t>(lengths.size()), S}, at::kBool);
-  for (size_t i = 0; i < lengths.size(); ++i) m[static_cast<int64_t>(i)].slice(0, lengths[i]).fill_(true);
-  return m;
-}
 
 // Tolerance of the stacks: two layers of sums of up to 32 terms through LayerNorms and softmaxes, and
 // parameter gradients summed over every position: 128 float32 units, normwise (measured: within 64,
@@ -180,15 +227,19 @@ TEST_CASE("torch: TransformerEncoder equals torch::nn::TransformerEncoder, 2 lay
   std::map<std::string, at::Tensor> tparams = share_parameters(src, encoder, *ref);
   at::Tensor causal = torch::nn::TransformerImpl::generate_square_subsequent_mask(S), padding = padding_mask({S - 2, S, S - 1}, S);
   batch.check("generate_square_subsequent_mask", nn::Transformer::generate_square_subsequent_mask(S), causal);
+  // torch.nn's bool form of the causal mask: true above the diagonal, where a query may not look.
+  at::Tensor causal_bool = at::ones({S, S}, at::kBool).triu(1);
   struct Case {
     const char* what;
-    bool mask, is_causal, padding;
+    bool mask, is_causal, padding, bool_mask = false;
   };
   for (Case c : {Case{"no masks", false, false, false}, Case{"causal mask, key padding", true, false, true},
-                 Case{"is_causal, key padding", false, true, true}, Case{"key padding", false, false, true}}) {
+                 Case{"is_causal, key padding", false, true, true}, Case{"key padding", false, false, true},
+                 Case{"bool causal mask, key padding", true, false, true, true}}) {
     Leaf x = input(src, "src", {S, N, E});
     at::Tensor expected = ref->forward(x.t, c.mask || c.is_causal ? causal : at::Tensor(), c.padding ? padding : at::Tensor());
-    Tensor out = encoder.forward(x.k, c.mask ? kiln_mask(causal) : std::nullopt, c.padding ? kiln_mask(padding) : std::nullopt, c.is_causal);
+    std::optional<Tensor> mask = !c.mask ? std::nullopt : kiln_mask(c.bool_mask ? causal_bool : causal);
+    Tensor out = encoder.forward(x.k, mask, c.padding ? kiln_mask(padding) : std::nullopt, c.is_causal);
     check_module(batch, src, cat("TransformerEncoder ", c.what), out, expected, {x}, encoder, tparams, kStackTol);
     if (c.mask) {  // batch_first: the same stack on (N, S, E) gives the transposed output
       nn::TransformerEncoder bf(nn::TransformerEncoderLayer(E, H, F, 0.1, "relu", 1e-5, /*batch_first=*/true), 2,
