@@ -688,6 +688,26 @@ TEST_CASE("register rows only for a reduction that multiplies or selects across 
   expect_close(run_kernel(embed.items[0], host(), nullptr), run_kernel(embed.items[0], oracle(), nullptr));
 }
 
+// A register tile of 8 accumulators is squarer with 16 vector registers (AVX2): 4 rows x 2 vectors, 6
+// loads per 8 FMAs, not 8 rows x 1 vector, 9; with 32 (AVX-512), 8 rows x 2 vectors.
+TEST_CASE("a matmul's register tile fits the vector registers: 4 rows x 2 vectors with 16, 8 x 2 with 32, with REF's results", "[opts]") {
+  DeviceSpec spec = get_device(host()).spec();
+  Tensor a = Tensor::rand({64, 128}).realize(), b = Tensor::rand({128, 256}).realize();
+  Schedule mm = Tensor::schedule({a.matmul(b)});
+  REQUIRE(mm.items.size() == 1);
+  spec.vector_bytes = 32;  // 8 floats per vector
+  for (int64_t registers : {16, 32}) {
+    spec.vector_registers = registers;
+    std::vector<Opt> opts = heuristic_opts(mm.items[0].ast, spec);
+    INFO(registers << " registers: " << to_string(opts));
+    int64_t rows = registers == 16 ? 4 : 8;
+    CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 0, rows}) == 1);
+    CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 1, 8}) == 1);
+    CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 1, 2}) == 1);
+  }
+  expect_close(run_kernel(mm.items[0], host(), nullptr), run_kernel(mm.items[0], oracle(), nullptr));
+}
+
 TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its copies before its rows, with REF's results", "[opts]") {
   const DeviceSpec& spec = get_device(host()).spec();
   // (7, 256) x (256, 512): the 7 rows whole (7 x 2 vectors: 8 us, where 8 vectors without rows took 28).
@@ -699,11 +719,13 @@ TEST_CASE("a short row axis is taken whole, and a tile with no vector puts its c
   CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
   expect_close(run_kernel(mm.items[0], host(), nullptr), run_kernel(mm.items[0], oracle(), nullptr));
   // (28, 256) x (256, 512): 28 rows, a multiple of neither 8 nor 4 twice over, give tiles of 7 rows (a
-  // 14- or 28-wide image's rows in a conv).
+  // 14- or 28-wide image's rows in a conv), where the registers hold 7 x 2 vectors' accumulators.
   Tensor a28 = Tensor::rand({28, 256}).realize();
   Schedule mm28 = Tensor::schedule({a28.matmul(b)});
   REQUIRE(mm28.items.size() == 1);
-  std::vector<Opt> opts28 = heuristic_opts(mm28.items[0].ast, spec);
+  DeviceSpec many_registers = spec;
+  many_registers.vector_registers = 32;
+  std::vector<Opt> opts28 = heuristic_opts(mm28.items[0].ast, many_registers);
   INFO(to_string(opts28));
   CHECK(std::count(opts28.begin(), opts28.end(), Opt{OptOp::UPCAST, 0, 7}) == 1);
   expect_close(run_kernel(mm28.items[0], host(), nullptr), run_kernel(mm28.items[0], oracle(), nullptr));
