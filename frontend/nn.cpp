@@ -525,7 +525,8 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t heads, bool has_bias, 
 namespace {
 
 // `mask` with the key padding mask (N, S) merged in, as one mask that adds to the scores (N, H, L, S):
-// bool masks block where true (torch.nn's convention), float ones add.
+// a bool padding mask blocks where true (torch.nn's convention for it), a bool `mask` keeps where true
+// (attend turned torch.nn's into that), float ones add.
 Tensor with_key_padding(const std::optional<Tensor>& mask, const Tensor& key_padding, int64_t n, int64_t s, const Tensor& like) {
   if (key_padding.shape() != Shape{n, s})
     throw Error(kiln::cat("MultiheadAttention: key_padding_mask ", shape_str(key_padding.shape()), " must be (N, S) = (", n, ", ", s,
@@ -537,7 +538,7 @@ Tensor with_key_padding(const std::optional<Tensor>& mask, const Tensor& key_pad
   Tensor padding = is_bool(key_padding.dtype()) ? key_padding.where(blocked, zero) : key_padding;
   padding = padding.reshape({n, 1, 1, s});
   if (!mask) return padding;
-  return (is_bool(mask->dtype()) ? mask->where(blocked, zero) : *mask) + padding;
+  return (is_bool(mask->dtype()) ? mask->where(zero, blocked) : *mask) + padding;
 }
 
 }  // namespace
@@ -557,10 +558,10 @@ Tensor MultiheadAttention::attend(const Tensor& query, const Tensor& key, const 
                             ", ", s, "); or give (L, S)"));
     mask = mask->reshape({n, h, l, s});
   }
+  // torch.nn's bool attn_mask blocks where true; scaled_dot_product_attention's (and with_key_padding's) keeps.
+  if (mask && is_bool(mask->dtype())) mask = mask->logical_not();
   if (key_padding_mask)
     mask = with_key_padding(mask, *key_padding_mask, key.shape()[batch_first ? 0 : 1], key.shape()[batch_first ? 1 : 0], query);
-  else if (mask && is_bool(mask->dtype()))
-    mask = mask->logical_not();  // torch.nn's bool attn_mask blocks where true; scaled_dot_product_attention's keeps
   auto project = [&](const Tensor& x, int64_t part) {
     Tensor w = in_proj_weight.shrink({{part * e, (part + 1) * e}, {0, e}});
     Tensor y = batch_major(x).matmul(w.transpose(0, 1));
