@@ -558,13 +558,16 @@ class Engine {
     return out;
   }
 
-  // Simplification (beam.h): the simplest list one step simpler than the current pick that runs within
-  // min_gain of the search's pick side by side (always against that one, so steps cannot add up to a
-  // slower kernel) and is a tie there, the faster in one round at least (a copy's 8x8 tile was slower
-  // than its 16x8 by 5-6% in every round: not a tie, though at the edge of min_gain), beats the default
-  // by min_gain again (retest) and computes the same output, replaces it, until none does. A plateau's
-  // lists are ties, and which end of it the beam reached was the noise's choice: fresh searches of a
-  // small conv's main kernel won with and without a trailing SWAP.
+  // Simplification (beam.h): the simplest list one step simpler than the current pick replaces it, step
+  // by step, when it runs side by side within min_gain of the fastest list the walk has held (the
+  // search's pick, or a step that beat it) and is a tie there, the faster in one round at least (a copy's
+  // 8x8 tile was slower than its 16x8 by 5-6% in every round: not a tie, though at the edge of min_gain),
+  // beats the default by min_gain again (retest; not needed by a step faster than the fastest held, which
+  // passed its own) and computes the same output. Judged beside the fastest held, steps cannot add up to a
+  // slower kernel, and a copy's UPCAST(3,2), 24% behind the UPCAST(3,4) the walk had reached from
+  // UPCAST(3,8) but 10% behind that, no longer won or lost by the minute. A plateau's lists are ties, and
+  // which end of it the beam reached was the noise's choice: fresh searches of a small conv's main kernel
+  // won with and without a trailing SWAP.
   Timed* simplify(Timed* winner, std::vector<Timed>& all) {
     Timed* picked = winner;
     std::unordered_set<const Timed*> visited{winner};
@@ -587,10 +590,15 @@ class Engine {
         if (paired[i].failed || paired[i].median > 1 + gain_) continue;
         if (paired[i].wins == 0 && paired[i].median > 1 + always_tie_) continue;
         steps[i]->seconds = picked->seconds * paired[i].median;  // beside the pick (retest may time it whole)
-        if (!retest(steps[i])) continue;
+        // One faster than the fastest held, which beat the default in its retest, needs no retest of its
+        // own: each retest is one more chance for a noisy minute to decide (a copy's UPCAST(3,4), 0.66-0.71
+        // of the default's time in four retests, measured 1.04 in a fifth and lost to the UPCAST(3,8) it
+        // was 10% faster than side by side).
+        if (paired[i].median >= 1 && !retest(steps[i])) continue;
         if (options_.check && !matches(*steps[i])) continue;
         winner = steps[i];
         visited.insert(winner);
+        if (paired[i].median < 1) picked = winner;  // the faster: the next steps are judged beside it
         moved = true;
       }
     }
