@@ -25,8 +25,8 @@
 // one picked must beat the default by min_gain again in fresh rounds (a memory-bound kernel: min_gain_memory
 // in place of min_gain throughout, and every list within it of the fastest is a tie). Then it is simplified: the simplest
 // of its one-step-simpler lists (one opt dropped, one tile amount halved) that runs within min_gain of
-// it side by side, faster in one round at least, and beats the default again takes its place, step by
-// step, so a plateau of near-equal
+// the fastest list the walk has held, side by side, faster in one round at least, and (unless faster
+// than that list) beats the default again takes its place, step by step, so a plateau of near-equal
 // kernels ends at the same simple list whichever end of it the beam reached. Lists that lower to one
 // source are one candidate, named by the simplest of them (fewer opts, then a smaller tile, then text).
 // Before the winner is accepted, its output is compared with the plain kernel's (no opts; search_kernel
