@@ -569,7 +569,7 @@ class Engine {
   // which end of it the beam reached was the noise's choice: fresh searches of a small conv's main kernel
   // won with and without a trailing SWAP.
   Timed* simplify(Timed* winner, std::vector<Timed>& all) {
-    Timed* picked = winner;
+    Timed* fastest = winner;  // the fastest list the walk has held: steps are judged beside it
     std::unordered_set<const Timed*> visited{winner};
     for (bool moved = true; moved;) {
       moved = false;
@@ -584,21 +584,22 @@ class Engine {
       if (steps.empty()) break;
       std::vector<double> base;
       auto start = Clock::now();
-      std::vector<Paired> paired = time_paired(steps, base, hooks_.time, options_.confirm_runs, picked);
+      std::vector<Paired> paired = time_paired(steps, base, hooks_.time, options_.confirm_runs, fastest);
       result_.timing_s += seconds_since(start);
       for (size_t i = 0; i < steps.size() && !moved; ++i) {
         if (paired[i].failed || paired[i].median > 1 + gain_) continue;
         if (paired[i].wins == 0 && paired[i].median > 1 + always_tie_) continue;
-        steps[i]->seconds = picked->seconds * paired[i].median;  // beside the pick (retest may time it whole)
+        steps[i]->seconds = fastest->seconds * paired[i].median;  // beside it (retest may time it whole)
         // One faster than the fastest held, which beat the default in its retest, needs no retest of its
         // own: each retest is one more chance for a noisy minute to decide (a copy's UPCAST(3,4), 0.66-0.71
         // of the default's time in four retests, measured 1.04 in a fifth and lost to the UPCAST(3,8) it
         // was 10% faster than side by side).
-        if (paired[i].median >= 1 && !retest(steps[i])) continue;
+        const bool faster = paired[i].median < 1;
+        if (!faster && !retest(steps[i])) continue;
         if (options_.check && !matches(*steps[i])) continue;
         winner = steps[i];
         visited.insert(winner);
-        if (paired[i].median < 1) picked = winner;  // the faster: the next steps are judged beside it
+        if (faster) fastest = winner;
         moved = true;
       }
     }

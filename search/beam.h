@@ -100,7 +100,7 @@ struct SearchOptions {
   // (beam_search's settle). 0: the search's own timings decide. 15: with 5, an equal kernel was the faster
   // in 4 of 5 rounds by chance one time in five, and a conv whose default runs at 78% of the FMA peak won
   // with a list 2-5% faster (0.98-1.06 in the table) in three fresh searches of five; with 15 (12 of 15
-  // by chance: 2%), the default in five of five. The rounds are cheap: the 7 ms conv's took 0.4 s.
+  // by chance: 2%), the default in nine of ten. The rounds are cheap: the 7 ms conv's took 0.4 s.
   int confirm_runs = 15;
   bool check = true;              // compare the winner's output with the default's (off only in tests)
   // No candidate finished building or timing for this long: the search is stalled (a hang in a compiler,
