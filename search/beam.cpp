@@ -490,8 +490,9 @@ class Engine {
     return false;
   }
 
-  // The lists one step simpler than `opts`: one opt dropped, or one tile amount halved.
-  static std::vector<std::vector<Opt>> simpler_steps(const std::vector<Opt>& opts) {
+  // The lists one step simpler than `opts`: one opt dropped, one tile amount halved, or a neighbour
+  // (hooks.neighbours) simpler in the order ties are broken by.
+  std::vector<std::vector<Opt>> simpler_steps(const std::vector<Opt>& opts) const {
     std::vector<std::vector<Opt>> out;
     for (size_t i = 0; i < opts.size(); ++i) {
       std::vector<Opt> dropped = opts;
@@ -503,6 +504,9 @@ class Engine {
         out.push_back(std::move(halved));
       }
     }
+    if (hooks_.neighbours)
+      for (std::vector<Opt>& n : hooks_.neighbours(opts))
+        if (simpler(n, opts)) out.push_back(std::move(n));
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return simpler(a, b); });
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;

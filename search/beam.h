@@ -24,7 +24,8 @@
 // the faster in a round at least), fewer opts win, and the
 // one picked must beat the default by min_gain again in fresh rounds (a memory-bound kernel: min_gain_memory
 // in place of min_gain throughout, and every list within it of the fastest is a tie). Then it is simplified: the simplest
-// of its one-step-simpler lists (one opt dropped, one tile amount halved) that runs within min_gain of
+// of its one-step-simpler lists (one opt dropped, one tile amount halved, a neighbour earlier in the tie
+// order: hooks.neighbours) that runs within min_gain of
 // the fastest list the walk has held, side by side, faster in one round at least, and (unless faster
 // than that list) beats the default again takes its place, step by step, so a plateau of near-equal
 // kernels ends at the same simple list whichever end of it the beam reached. Lists that lower to one
@@ -161,6 +162,12 @@ struct SearchHooks {
   // (UPCAST(0,4) UNROLL(1,8) UPCAST(0,2) is UPCAST(0,8) UNROLL(1,8)), not by whichever spelling this
   // search happened to meet: fresh searches of one kernel reported the same kernel under three names.
   std::function<std::optional<std::string>(std::span<const Opt> opts)> source;
+  // Optional: the lists one step from a list that appending actions cannot reach (search_kernel:
+  // opt_neighbours: a THREAD or an UPCAST moved to another axis, among others). Simplification also steps
+  // to those of them simpler than the pick in the order ties are broken by (the same opts with one moved
+  // to a lower axis, say): a plateau of equal kernels is reached by many paths, and fresh searches of a
+  // conv picked THREAD(0,0) or THREAD(1,0) beside the same tile, by the path the beam took.
+  std::function<std::vector<std::vector<Opt>>(std::span<const Opt> opts)> neighbours;
   // nullopt when the candidate's output matches the plain kernel's on the same inputs, else what differs.
   std::function<std::optional<std::string>(const Built& candidate)> check;
   std::function<void(const SearchProgress&)> progress;  // optional: after each candidate is timed

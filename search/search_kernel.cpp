@@ -125,6 +125,7 @@ class DeviceSearch {
     SearchHooks hooks;
     hooks.default_opts = lower_kernel(ast_, device_.spec()).opts;  // the heuristics' opts that apply, as realize uses them
     hooks.seeds = opt_neighbours(ast_, device_.spec(), hooks.default_opts);
+    hooks.neighbours = [&](std::span<const Opt> opts) { return opt_neighbours(ast_, device_.spec(), opts); };
     hooks.actions = [&](std::span<const Opt> applied) { return action_space(ast_, device_.spec(), applied); };
     hooks.build = [&](std::span<const Opt> opts) { return build(opts, true); };
     hooks.time = [&](const Built& b) { return time(compiled(b), shrink_); };

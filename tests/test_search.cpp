@@ -791,6 +791,37 @@ TEST_CASE("search: a step faster than the pick needs no retest of its own", "[se
   CHECK(r.best_seconds == Approx(5.5));  // the pick's whole 6.0 times the step's ratio beside it
 }
 
+TEST_CASE("search: the pick steps to a neighbour earlier in the tie order when it is a tie", "[search]") {
+  // The beam reaches UPCAST(1,4) UNROLL(2,4) (3.0) and nothing else near it. hooks.neighbours offers the
+  // upcast on other axes: UPCAST(0,4) UNROLL(2,4), earlier in the order ties are broken by, and
+  // UPCAST(3,4) UNROLL(2,4), later (never timed, though faster: simplification never adds a step).
+  // Within 1% of the pick the first is a tie and wins; 20% behind it is another kernel and the pick
+  // stays; without the hook, nothing lateral is tried.
+  for (double lateral : {3.02, 3.6})
+    for (bool hook : {true, false}) {
+      CAPTURE(lateral, hook);
+      FakeWorld w;
+      w.actions = {up(1, 4), un(2, 4)};
+      w.times = {{"", 10.0},
+                 {"UPCAST(1,4)", 6.0},
+                 {"UNROLL(2,4)", 8.0},
+                 {"UPCAST(1,4) UNROLL(2,4)", 3.0},
+                 {"UPCAST(0,4) UNROLL(2,4)", lateral},
+                 {"UPCAST(3,4) UNROLL(2,4)", 2.9}};
+      SearchHooks h = w.hooks();
+      if (hook)
+        h.neighbours = [](std::span<const Opt> opts) {
+          std::vector<std::vector<Opt>> out;
+          if (to_string(opts) == "UPCAST(1,4) UNROLL(2,4)") out = {{up(0, 4), un(2, 4)}, {up(3, 4), un(2, 4)}};
+          return out;
+        };
+      SearchResult r = beam_search(h, options());
+      CHECK(to_string(r.opts) == (hook && lateral < 3.1 ? "UPCAST(0,4) UNROLL(2,4)" : "UPCAST(1,4) UNROLL(2,4)"));
+      CHECK(w.launches.count("UPCAST(3,4) UNROLL(2,4)") == 0);
+      CHECK(w.launches.count("UPCAST(0,4) UNROLL(2,4)") == (hook ? 1u : 0u));
+    }
+}
+
 TEST_CASE("search: the winner is named by the simplest reordering or merge of its opts with the same source", "[search]") {
   // The beam reaches UPCAST(0,4) UNROLL(1,4) UPCAST(0,2); swapping its last two opts and merging the
   // upcasts lowers to the same source (UPCAST(0,8) UNROLL(1,4)), and so does UNROLL(1,4) UPCAST(0,8),
