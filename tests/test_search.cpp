@@ -1,6 +1,7 @@
-// [search] BEAM search. The engine is driven by a made-up world: a table of candidate times (so no
-// test depends on how fast anything runs), builds that fail on demand, and an output check that says
-// which candidates are wrong. Then one real search on the CPU.
+// [search] BEAM search. The engine is driven by a made-up world (search_world.h: a table of candidate
+// times, so no test depends on how fast anything runs, builds that fail on demand, and an output check
+// that says which candidates are wrong). Then real searches on the CPU. Memory-bound kernels and the
+// timing that decides: test_search_timing.cpp.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -14,96 +15,14 @@
 #include "frontend/realize.h"
 #include "frontend/tensor.h"
 #include "helpers.h"
+#include "search_world.h"
 #include "search/beam.h"
 #include "search/tuned.h"
 #include "search/verify.h"
 #include "uop/config.h"
 
 using namespace kiln;
-
-namespace {
-
-Opt up(int axis, int64_t n) { return Opt{OptOp::UPCAST, axis, n}; }
-Opt un(int axis, int64_t n) { return Opt{OptOp::UNROLL, axis, n}; }
-
-// A deterministic world. Candidates are opt lists; each list's time comes from `times` by its text
-// (lists not in the table take `slow`); the source of a list is its text unless `same_source` maps it
-// to another's. Every list may be extended by every action in `actions` not already in it.
-struct FakeWorld {
-  std::vector<Opt> actions = {up(0, 2), up(0, 4), un(1, 4)};
-  std::map<std::string, double> times;
-  std::map<std::string, std::vector<double>> sequence;  // successive launches of a list, the last repeated (noise)
-  double slow = 10.0;
-  std::set<std::string> fail_build, fail_launch, wrong_output;
-  std::map<std::string, std::string> same_source;
-  bool skip_duplicate_builds = false;  // build returns no artifact for a list in same_source, as search_kernel does
-  bool lowers = false;                 // hooks.source is set (a list's source, as for build)
-  std::vector<Opt> default_opts;
-
-  std::mutex mu;
-  std::map<std::string, int> launches;  // per source
-  std::vector<std::string> checked;
-
-  SearchHooks hooks() {
-    SearchHooks h;
-    h.default_opts = default_opts;
-    h.actions = [this](std::span<const Opt> applied) {
-      std::vector<Opt> out;
-      for (const Opt& a : actions)
-        if (std::find(applied.begin(), applied.end(), a) == applied.end()) out.push_back(a);
-      return out;
-    };
-    h.build = [this](std::span<const Opt> opts) -> BuildResult {
-      std::string text = to_string(opts);
-      if (fail_build.count(text)) throw Error(cat("fake compile error for ", text));
-      auto alias = same_source.find(text);
-      std::string source = alias == same_source.end() ? text : alias->second;
-      if (alias != same_source.end() && skip_duplicate_builds) return {Built{source, nullptr}, ""};
-      return {Built{source, std::make_shared<std::string>(text)}, ""};
-    };
-    if (lowers)
-      h.source = [this](std::span<const Opt> opts) -> std::optional<std::string> {
-        std::string text = to_string(opts);
-        auto alias = same_source.find(text);
-        return alias == same_source.end() ? text : alias->second;
-      };
-    h.time = [this](const Built& b) {
-      const std::string& text = *static_cast<std::string*>(b.artifact.get());
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        ++launches[b.source];
-      }
-      int launch = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        launch = launches[b.source] - 1;
-      }
-      if (fail_launch.count(text)) throw Error("fake launch failure");
-      if (auto s = sequence.find(text); s != sequence.end()) return s->second[std::min<size_t>(size_t(launch), s->second.size() - 1)];
-      auto t = times.find(text);
-      return t == times.end() ? slow : t->second;
-    };
-    h.check = [this](const Built& candidate) -> std::optional<std::string> {
-      const std::string& text = *static_cast<std::string*>(candidate.artifact.get());
-      checked.push_back(text);
-      if (wrong_output.count(text)) return "fake mismatch";
-      return std::nullopt;
-    };
-    return h;
-  }
-};
-
-SearchOptions options(int beam = 2) {
-  SearchOptions o;
-  o.beam = beam;
-  o.launch_limit_s = 1e9;  // the fake times are seconds-long
-  o.min_default_s = 0;     // and the real searches below are of tiny kernels
-  o.bare_seed_max_s = 1e9;  // the bare kernel is always a starting point
-  o.confirm_runs = 5;       // the launch sequences below are written for five rounds side by side
-  return o;
-}
-
-}  // namespace
+using namespace kiln::test;
 
 TEST_CASE("search: the winner is the fastest candidate, found through the rounds", "[search]") {
   FakeWorld w;
@@ -193,43 +112,6 @@ TEST_CASE("search: a candidate less than min_gain faster than the default does n
     INFO("fastest " << fastest << ": " << to_string(r.opts));
     CHECK(r.improved == (fastest < threshold));
     CHECK(to_string(r.opts) == (fastest < threshold ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2)"));
-  }
-}
-
-// A memory-bound kernel's near-equal tilings swap places with the machine's state between minutes: a
-// winner there must be min_gain_memory faster, and only there.
-TEST_CASE("search: a memory-bound kernel needs min_gain_memory to replace its default", "[search]") {
-  const SearchOptions o = options();
-  REQUIRE(o.min_gain_memory > o.min_gain);
-  const double between = 1 - 0.5 * (o.min_gain + o.min_gain_memory);  // 0.90: enough for min_gain only
-  for (bool memory_bound : {false, true})
-    for (double fastest : {between, 1 - o.min_gain_memory - 0.01}) {
-      FakeWorld w;
-      w.default_opts = {up(0, 2)};
-      w.times = {{"UPCAST(0,2)", 1.0}, {"", 1.0}, {"UPCAST(0,2) UNROLL(1,4)", fastest}};
-      SearchHooks h = w.hooks();
-      h.memory_bound = memory_bound;
-      SearchResult r = beam_search(h, o);
-      INFO("memory-bound " << memory_bound << ", fastest " << fastest << ": " << to_string(r.opts));
-      bool wins = fastest < 1 - (memory_bound ? o.min_gain_memory : o.min_gain);
-      CHECK(r.improved == wins);
-      CHECK(to_string(r.opts) == (wins ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2)"));
-    }
-}
-
-// Ties are within the same wider band: a memory-bound kernel's fastest and a simpler list 10% behind it
-// (both well past the default) are ties, and the simpler one wins; a compute-bound kernel keeps the fastest.
-TEST_CASE("search: a memory-bound kernel's ties are within min_gain_memory", "[search]") {
-  for (bool memory_bound : {false, true}) {
-    FakeWorld w;
-    w.default_opts = {up(0, 2)};
-    w.times = {{"UPCAST(0,2)", 2.0}, {"", 2.0}, {"UPCAST(0,2) UNROLL(1,4)", 1.1}, {"UPCAST(0,2) UNROLL(1,4) UPCAST(0,4)", 1.0}};
-    SearchHooks h = w.hooks();
-    h.memory_bound = memory_bound;
-    SearchResult r = beam_search(h, options());
-    INFO("memory-bound " << memory_bound << ": " << to_string(r.opts));
-    CHECK(r.improved);
-    CHECK(to_string(r.opts) == (memory_bound ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2) UNROLL(1,4) UPCAST(0,4)"));
   }
 }
 
