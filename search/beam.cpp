@@ -25,7 +25,7 @@ std::string SearchOptions::params() const {
   std::string how = exhaustive_depth > 0 ? cat("exhaustive=", exhaustive_depth)
                                          : cat("beam=", beam, " min_improvement=", min_improvement, " rounds=", max_rounds,
                                                " bare_seed_max_us=", bare_seed_max_s * 1e6);
-  return cat(how, " runs=", timing_runs, " batch_us=", time_batch_s * 1e6, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain, " min_gain_memory=", min_gain_memory, " confirm=", confirm_runs, " paired_batch_us=", paired_batch_s * 1e6);
+  return cat(how, " runs=", timing_runs, " batch_us=", time_batch_s * 1e6, " check=", check ? 1 : 0, " min_default_us=", min_default_s * 1e6, " min_gain=", min_gain, " min_gain_memory=", min_gain_memory, " confirm=", confirm_runs);
 }
 
 namespace {
@@ -39,8 +39,11 @@ constexpr size_t kMaxSpellings = 256;  // lists canonical() lowers, at most
 // Side by side, lists within this fraction of min_gain of each other are ties even when one was the faster
 // in every round: a difference that small (1% at the default 5%) is not worth an opt.
 constexpr double kAlwaysTie = 0.2;
-// At most this many calls of the time hook make one paired timing (SearchOptions::paired_batch_s).
-constexpr int kMaxPairedCalls = 16;
+// Simplification's steps more than kStepCut times its tie band behind the list they are timed beside after
+// kCutRounds rounds are not timed on: most of a pick's neighbours (an upcast moved to a slow axis, a
+// thread dropped) are 30-100% behind, and were timed every round of every step of the walk.
+constexpr double kStepCut = 3;
+constexpr int kCutRounds = 3;
 
 // Watches a search for a stall: the candidates being built, timed or checked, and when the last of them
 // finished. After limit_s with none finished, it calls on_stall once, from its own thread.
@@ -591,7 +594,9 @@ class Engine {
       if (steps.empty()) break;
       std::vector<double> base;
       auto start = Clock::now();
-      std::vector<Paired> paired = time_paired(steps, base, hooks_.time, options_.confirm_runs, fastest);
+      // A step more than kStepCut of step_tie_ behind after kCutRounds rounds is no tie: not timed on.
+      std::vector<Paired> paired =
+          time_paired(steps, base, hooks_.time, options_.confirm_runs, fastest, nullptr, 1 + kStepCut * step_tie_);
       result_.timing_s += seconds_since(start);
       for (size_t i = 0; i < steps.size() && !moved; ++i) {
         if (paired[i].failed || paired[i].median > 1 + step_tie_) continue;
@@ -673,6 +678,17 @@ class Engine {
     bool consistently_faster() const { return !failed && rounds > 0 && wins * 5 >= rounds * 4; }
   };
 
+  // The median over rounds of a list's time over the base's in the same round (the first rounds of base
+  // when the list was timed in fewer).
+  static double median_ratio(const std::vector<double>& times, const std::vector<double>& base) {
+    std::vector<double> ratios;
+    for (size_t r = 0; r < times.size(); ++r) ratios.push_back(times[r] / base[r]);
+    if (ratios.empty()) return 1;
+    std::sort(ratios.begin(), ratios.end());
+    size_t m = ratios.size();
+    return m % 2 ? ratios[m / 2] : 0.5 * (ratios[m / 2 - 1] + ratios[m / 2]);
+  }
+
   // Times the contenders and the default (or `against`) round-robin, `runs` rounds (the default first in
   // every other round, so neither side always follows the other), and pairs each contender's time with
   // the default's in the same round: the machine's speed drifts between minutes, so comparing each one's
@@ -680,25 +696,23 @@ class Engine {
   // kernel: four fresh searches, four winners). `base`: the default's times.
   std::vector<Paired> time_paired(const std::vector<Timed*>& contenders, std::vector<double>& base,
                                   const std::function<double(const Built&)>& time, int runs, Timed* against = nullptr,
-                                  std::vector<std::vector<double>>* times = nullptr) {
+                                  std::vector<std::vector<double>>* times = nullptr, double cut = 0) {
     std::vector<Timed*> timed = contenders;
     timed.push_back(against ? against : &default_);
     std::vector<std::vector<double>> rounds(timed.size());  // each one's time in each round
     std::vector<Paired> out(contenders.size());
-    for (int run = 0; run < runs; ++run)
+    std::vector<char> dropped(contenders.size(), 0);
+    for (int run = 0; run < runs; ++run) {
+      if (cut > 0 && run == kCutRounds)
+        for (size_t i = 0; i < out.size(); ++i)
+          if (!out[i].failed && median_ratio(rounds[i], rounds.back()) > cut) dropped[i] = 1;
       for (size_t k = 0; k < timed.size(); ++k) {
         size_t i = run % 2 ? (k + timed.size() - 1) % timed.size() : k;  // odd rounds: the default first
-        if (i < out.size() && out[i].failed) continue;
+        if (i < out.size() && (out[i].failed || dropped[i])) continue;
         try {
           Watchdog::Guard watched = watchdog_.watch(cat("timing [", to_string(timed[i]->opts), "] again"));
-          // The fastest of calls filling paired_batch_s (SearchOptions).
-          double seconds = time(timed[i]->built), spent = seconds;
-          for (int n = 1; n < kMaxPairedCalls && spent < options_.paired_batch_s; ++n) {
-            double again = time(timed[i]->built);
-            seconds = std::min(seconds, again);
-            spent += again;
-          }
-          result_.kernel_s += spent;
+          double seconds = time(timed[i]->built);
+          result_.kernel_s += seconds;
           rounds[i].push_back(seconds);
         } catch (const std::exception& e) {
           if (i + 1 == timed.size()) throw;  // the default launched before: a failure now is not the candidates'
@@ -706,17 +720,15 @@ class Engine {
           out[i].failed = true;
         }
       }
+    }
     base = rounds.back();
     if (times) *times = rounds;
     for (size_t i = 0; i < out.size(); ++i) {
       if (out[i].failed) continue;
-      std::vector<double> ratios;
-      for (size_t r = 0; r < rounds[i].size(); ++r) ratios.push_back(rounds[i][r] / base[r]);
-      std::sort(ratios.begin(), ratios.end());
-      size_t m = ratios.size();
-      out[i].median = m % 2 ? ratios[m / 2] : 0.5 * (ratios[m / 2 - 1] + ratios[m / 2]);
-      out[i].wins = size_t(std::count_if(ratios.begin(), ratios.end(), [](double r) { return r < 1; }));
-      out[i].rounds = m;
+      out[i].median = median_ratio(rounds[i], base);
+      out[i].wins = 0;
+      for (size_t r = 0; r < rounds[i].size(); ++r) out[i].wins += rounds[i][r] < base[r];
+      out[i].rounds = rounds[i].size();
     }
     return out;
   }
@@ -727,7 +739,8 @@ class Engine {
     auto start = Clock::now();
     std::vector<double> base;
     std::vector<std::vector<double>> times;
-    std::vector<Paired> paired = time_paired(contenders, base, hooks_.time, options_.confirm_runs, nullptr, &times);
+    // One slower than the default after kCutRounds rounds cannot win, nor be the fastest's tie.
+    std::vector<Paired> paired = time_paired(contenders, base, hooks_.time, options_.confirm_runs, nullptr, &times, 1.0);
     default_.seconds = *std::min_element(base.begin(), base.end());
     std::vector<size_t> kept;
     for (size_t i = 0; i < contenders.size(); ++i) {

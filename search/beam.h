@@ -24,11 +24,12 @@
 // the faster in a round at least), fewer opts win, and the
 // one picked must beat the default by min_gain again in fresh rounds (a memory-bound kernel: min_gain_memory
 // in place of min_gain for the bar and the contenders' ties, and every list within it of the fastest is a
-// tie). In these paired rounds one timing is the fastest of calls filling paired_batch_s. Then it is simplified: the simplest
+// tie). Then it is simplified: the simplest
 // of its one-step-simpler lists (one opt dropped, one tile amount halved, a neighbour earlier in the tie
 // order: hooks.neighbours) that runs within min_gain of (memory-bound too)
 // the fastest list the walk has held, side by side, faster in one round at least, and (unless faster
-// than that list) beats the default again takes its place, step by step, so a plateau of near-equal
+// than that list) beats the default again takes its place, step by step (a step 15% behind after three
+// rounds, or a contender slower than the default, is timed no more), so a plateau of near-equal
 // kernels ends at the same simple list whichever end of it the beam reached. Lists that lower to one
 // source are one candidate, named by the simplest of them (fewer opts, then a smaller tile, then text).
 // Before the winner is accepted, its output is compared with the plain kernel's (no opts; search_kernel
@@ -78,11 +79,6 @@ struct SearchOptions {
   // search_kernel: one timing is the fastest of back-to-back launches filling this long (at most 256).
   // A single launch of a 6 us conv varied by 10-20% (waking the second thread); over 1 ms, by 2-3%.
   double time_batch_s = 1e-3;
-  // One timing in the paired rounds that decide (confirm, retest, simplification) is the fastest of timings
-  // filling this long (at most 16). With 1 ms, a transposing copy's 8x8 tile measured 0.75-0.86 of the
-  // default in four fresh searches' confirm rounds; with 4 ms, 0.75-0.83, and its 8x4 tile 0.840-0.851 in
-  // four retests. The decisions take few timings: a copy's confirm took 0.4 s in place of 0.1.
-  double paired_batch_s = 4e-3;
   double early_stop = 1.5;        // stop timing a candidate once its best run is this many times the best's
   double compile_limit_s = 20;    // a build (lower + compile + load) that took longer is disqualified
   double launch_limit_s = 2;      // a launch longer than this and than the default's is disqualified

@@ -475,8 +475,9 @@ TEST_CASE("search: the contenders are timed again beside the default, so one tim
   CHECK(to_string(r.opts) == "UPCAST(0,4)");
   CHECK(r.best_seconds == 4.0);
   CHECK(r.default_seconds == 8.0);
-  // Its search runs, confirm_runs more, and five beside the pick (one step simpler: simplify tries it).
-  CHECK(w.launches["UPCAST(0,2)"] == 3 + 5 + 5);
+  // Its search runs, confirm_runs more, and three beside the pick (one step simpler: simplify tries it,
+  // and stops after three rounds 50% behind).
+  CHECK(w.launches["UPCAST(0,2)"] == 3 + 5 + 3);
   // Without the confirmation the search's own timings decide.
   FakeWorld unconfirmed;
   unconfirmed.actions = w.actions;

@@ -1,4 +1,4 @@
-// [search] The engine on memory-bound kernels and the paired timings that decide a winner, in the made-up
+// [search] The engine on memory-bound kernels and the paired rounds that decide a winner, in the made-up
 // world of search_world.h.
 #include <catch2/catch.hpp>
 
@@ -65,29 +65,35 @@ TEST_CASE("search: a memory-bound kernel's simplification steps are ties within 
     }
 }
 
-// One paired timing is the fastest of calls filling paired_batch_s: a candidate twice as fast as the
-// default whose every other launch meets a slow moment (a second core busy for a while) is the faster in
-// every round then, and the winner; timed one launch per round it is the faster in half of them, not
-// consistently, and the default stays.
-TEST_CASE("search: a paired timing is the fastest of calls filling paired_batch_s", "[search]") {
-  for (double batch : {0.0, 4e-3}) {
-    CAPTURE(batch);
+// Most of a pick's simpler neighbours are far behind it (an upcast on a slow axis, a thread dropped): after
+// three rounds side by side, a step more than three tie bands (15%) behind is timed no more, and one
+// nearer is timed every round, and taken when it is a tie.
+TEST_CASE("search: a simplification step far behind the pick is timed three rounds, not every round", "[search]") {
+  for (double step : {5.5, 6.5, 5.1}) {
+    CAPTURE(step);
     FakeWorld w;
-    w.default_opts = {up(0, 2)};
-    w.times = {{"UPCAST(0,2)", 1e-3}, {"", 1e-3}};
-    SearchHooks h = w.hooks();
-    std::map<std::string, int> calls;
-    auto fake = h.time;
-    h.time = [&](const Built& b) {
-      const std::string& text = *static_cast<std::string*>(b.artifact.get());
-      if (text != "UPCAST(0,2) UNROLL(1,4)") return fake(b);
-      return calls[text]++ % 2 ? 2.2e-3 : 0.5e-3;
-    };
+    w.actions = {up(0, 4), un(1, 4)};
+    w.times = {{"", 10.0}, {"UPCAST(0,4)", 9.0}, {"UNROLL(1,4)", 9.0}, {"UPCAST(0,4) UNROLL(1,4)", 5.0}};
+    w.sequence = {{"UPCAST(0,4) UNROLL(1,2)", {step, 4.9, step}}};
     SearchOptions o = options();
-    o.paired_batch_s = batch;
-    o.launch_limit_s = 1;
-    SearchResult r = beam_search(h, o);
-    CHECK(r.improved == (batch > 0));
-    CHECK(to_string(r.opts) == (batch > 0 ? "UPCAST(0,2) UNROLL(1,4)" : "UPCAST(0,2)"));
+    o.confirm_runs = 15;
+    SearchResult r = beam_search(w.hooks(), o);
+    // Beside the pick; a tie then 15 rounds more beside the default (its retest).
+    CHECK(w.launches["UPCAST(0,4) UNROLL(1,2)"] == (step > 5.75 ? 3 : step < 5.25 ? 15 + 15 : 15));
+    CHECK(to_string(r.opts) == (step < 5.25 ? "UPCAST(0,4) UNROLL(1,2)" : "UPCAST(0,4) UNROLL(1,4)"));
   }
+}
+
+// A contender slower than the default after three rounds of confirmation cannot win nor be the fastest's
+// tie: it is timed no more.
+TEST_CASE("search: a contender slower than the default side by side is timed three rounds of confirmation", "[search]") {
+  FakeWorld w;
+  w.actions = {up(0, 4), un(1, 4)};
+  w.times = {{"", 8.0}, {"UPCAST(0,4)", 4.0}};
+  w.sequence = {{"UNROLL(1,4)", {2.0, 2.0, 2.0, 9.0}}};  // fast while searched, slower than the default after
+  SearchOptions o = options();
+  o.confirm_runs = 15;
+  SearchResult r = beam_search(w.hooks(), o);
+  CHECK(to_string(r.opts) == "UPCAST(0,4)");
+  CHECK(w.launches["UNROLL(1,4)"] == 3 + 3);
 }
