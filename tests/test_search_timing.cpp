@@ -68,7 +68,7 @@ TEST_CASE("search: a memory-bound kernel's simplification steps are ties within 
 // Most of a pick's simpler neighbours are far behind it (an upcast on a slow axis, a thread dropped): after
 // three rounds side by side, a step more than three tie bands (15%) behind is timed no more, and one
 // nearer is timed every round, and taken when it is a tie.
-TEST_CASE("search: a simplification step far behind the pick is timed three rounds, not every round", "[search]") {
+TEST_CASE("search: a simplification step far behind the pick is timed three rounds and no more", "[search]") {
   for (double step : {5.5, 6.5, 5.1}) {
     CAPTURE(step);
     FakeWorld w;
