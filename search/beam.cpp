@@ -175,7 +175,6 @@ class Engine {
       : hooks_(hooks), options_(options),
         gain_(hooks.memory_bound ? std::max(options.min_gain, options.min_gain_memory) : options.min_gain),
         always_tie_(hooks.memory_bound ? gain_ : gain_ * kAlwaysTie),
-        step_tie_(options.min_gain),
         watchdog_(options.stall_limit_s, hooks.kernel, hooks.on_stall) {}
 
   SearchResult run() {
@@ -594,13 +593,18 @@ class Engine {
       if (steps.empty()) break;
       std::vector<double> base;
       auto start = Clock::now();
-      // A step more than kStepCut of step_tie_ behind after kCutRounds rounds is no tie: not timed on.
+      // A step is a tie of the fastest held within min_gain, a memory-bound kernel's too: each step also
+      // beats the default by gain_ again, and on a memory-bound kernel whose tilings slope gently down to
+      // the default, a band as wide as that bar walked each fresh search to the first list that failed it
+      // in its own minute (a transposing copy's 8x8 tile, 0.78 of the default, walked to 8x4 at 0.84-0.85
+      // on the 0.85 bar, then to 4x4 or 4x2: four winners in five).
+      const double tie = options_.min_gain;
       std::vector<Paired> paired =
-          time_paired(steps, base, hooks_.time, options_.confirm_runs, fastest, nullptr, 1 + kStepCut * step_tie_);
+          time_paired(steps, base, hooks_.time, options_.confirm_runs, fastest, nullptr, 1 + kStepCut * tie);
       result_.timing_s += seconds_since(start);
       for (size_t i = 0; i < steps.size() && !moved; ++i) {
-        if (paired[i].failed || paired[i].median > 1 + step_tie_) continue;
-        if (paired[i].wins == 0 && paired[i].median > 1 + step_tie_ * kAlwaysTie) continue;
+        if (paired[i].failed || paired[i].median > 1 + tie) continue;
+        if (paired[i].wins == 0 && paired[i].median > 1 + tie * kAlwaysTie) continue;
         steps[i]->seconds = fastest->seconds * paired[i].median;  // beside it (retest may time it whole)
         // One faster than the fastest held, which beat the default in its retest, needs no retest of its
         // own: each retest is one more chance for a noisy minute to decide (a copy's UPCAST(3,4), 0.66-0.71
@@ -823,12 +827,6 @@ class Engine {
   // kAlwaysTie of min_gain; the whole band for a memory-bound kernel, whose order inside it one search
   // sees consistently and the next, minutes later, does not.
   const double always_tie_;
-  // A simplification step is a tie of the fastest held within this (min_gain, for a memory-bound kernel
-  // too): each step that passes must also beat the default by gain_ again, and on a memory-bound kernel
-  // whose tilings slope gently down to the default, a band as wide as that bar walked each fresh search
-  // to the first list that failed it in its own minute (a transposing copy's 8x8 tile, 0.78 of the
-  // default, walked to 8x4 at 0.84-0.85 on the 0.85 bar, then to 4x4 or 4x2: four winners in five).
-  const double step_tie_;
   Clock::time_point start_ = Clock::now();
   SearchResult result_;
   SearchProgress progress_;

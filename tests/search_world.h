@@ -2,10 +2,11 @@
 // depends on how fast anything runs), builds that fail on demand, and an output check that says which
 // candidates are wrong.
 #pragma once
-#include <catch2/catch.hpp>
-
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,14 +61,10 @@ struct FakeWorld {
       };
     h.time = [this](const Built& b) {
       const std::string& text = *static_cast<std::string*>(b.artifact.get());
+      int launch = 0;  // this one's place among the source's launches
       {
         std::lock_guard<std::mutex> lock(mu);
-        ++launches[b.source];
-      }
-      int launch = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        launch = launches[b.source] - 1;
+        launch = launches[b.source]++;
       }
       if (fail_launch.count(text)) throw Error("fake launch failure");
       if (auto s = sequence.find(text); s != sequence.end()) return s->second[std::min<size_t>(size_t(launch), s->second.size() - 1)];
